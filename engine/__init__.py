@@ -1,0 +1,45 @@
+"""engine: the single-process serving engine of SPEC.md.
+
+Pure Python, no I/O. The control plane (`Engine`) decides; an executor with
+`execute(plan) -> result` runs the plan on N ranks (default `LocalGroup`).
+
+    from engine import Engine, load_workload
+    eng = Engine(load_workload("workload.json"))
+    for trace in eng.run():
+        print(trace.to_json())
+    print(eng.summary())
+"""
+from .errors import (BoundaryViolation, EngineError, GroupViolation, Irreducible, OutOfPages,
+                     RankLost, WorkloadError)
+from .group import LocalGroup, accept_scripts, join
+from .messages import (ExecutionPlan, ExecutionResult, ItemOutcome, PlanItem, RankExecutionResult,
+                       expand_placements, placement_runs)
+from .pool import CACHE, PagePool, pages_needed
+from .rank import RankExecutor, verdict
+from .request import FinishReason, Request, SampleResult, State
+from .step import Engine, PreparedStep
+from .trace import StepTrace
+from .workload import EngineConfig, RequestSpec, Workload, load_workload, parse_workload
+
+__all__ = [
+    "BoundaryViolation", "CACHE", "Engine", "EngineConfig", "EngineError", "ExecutionPlan",
+    "ExecutionResult", "FinishReason", "GroupViolation", "Irreducible", "ItemOutcome",
+    "LocalGroup", "OutOfPages", "PagePool", "PlanItem", "PreparedStep", "RankExecutionResult",
+    "RankExecutor", "RankLost", "Request", "RequestSpec", "SampleResult", "State", "StepTrace",
+    "Workload", "WorkloadError", "accept_scripts", "expand_placements", "join", "load_workload",
+    "pages_needed", "parse_workload", "placement_runs", "run_workload", "verdict",
+]
+
+
+def run_workload(workload, executor=None) -> list[dict]:
+    """Run to the end; the SPEC §4 lines as dicts (the steps, then summary or error)."""
+    eng = Engine(workload, executor)
+    lines: list[dict] = []
+    try:
+        for trace in eng.run():
+            lines.append(trace.to_json())
+    except EngineError as e:
+        lines.append(e.to_json())
+        return lines
+    lines.append({"summary": eng.summary()})
+    return lines

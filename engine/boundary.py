@@ -1,0 +1,40 @@
+"""The executor boundary, control-plane side: build the plan (phase 6) and
+validate the joined result against it (phase 9) before anything commits.
+"""
+from __future__ import annotations
+
+from .errors import BoundaryViolation
+from .messages import ExecutionPlan, ExecutionResult, PlanItem, placement_runs
+
+
+def build_plan(step: int, work: list, page_size: int) -> ExecutionPlan:
+    items = tuple(
+        PlanItem(req.request_id, req.computed, n, req.draft_len, decode, req.num_verdicts,
+                 placement_runs(req.computed, n, req.page_table, page_size))
+        for req, n, decode in work)
+    return ExecutionPlan(step, items)
+
+
+def validate(plan: ExecutionPlan, result: ExecutionResult) -> None:
+    """Phase 9: the result must answer exactly this plan; else BoundaryViolation."""
+    if result.step != plan.step:
+        raise BoundaryViolation(f"result answers step {result.step}, the plan is step {plan.step}")
+    items, outcomes = plan.items, result.outcomes
+    if len(outcomes) != len(items):
+        raise BoundaryViolation(f"{len(outcomes)} outcomes for {len(items)} plan items")
+    for i, (item, out) in enumerate(zip(items, outcomes)):
+        rid = item.request_id
+        if out.request_id != rid:
+            raise BoundaryViolation(f"outcome {i} is for {out.request_id!r}, the plan has {rid!r}")
+        if out.start_position != item.start_position:
+            raise BoundaryViolation(f"{rid}: start_position {out.start_position}, "
+                                    f"planned {item.start_position}")
+        if out.executed_tokens != item.num_tokens:
+            raise BoundaryViolation(f"{rid}: executed {out.executed_tokens} tokens, "
+                                    f"planned {item.num_tokens}")
+        if out.writes != item.placements:
+            raise BoundaryViolation(f"{rid}: writes {list(out.writes)[:4]} differ from "
+                                    f"placements {list(item.placements)[:4]}")
+        high = item.num_tokens - 1 if item.decode else 0
+        if not 0 <= out.accepted <= high:
+            raise BoundaryViolation(f"{rid}: accepted {out.accepted}, allowed 0..{high}")

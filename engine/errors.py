@@ -1,0 +1,66 @@
+"""The ways a step can fail (SPEC §4), and the one way a workload can be refused (SPEC §1).
+
+Each engine error carries its SPEC kind (the `error` field of the JSON error
+object) and the step it happened in. The engine sets `step` when it raises;
+nothing of a failed step has been committed by then.
+"""
+
+
+class WorkloadError(ValueError):
+    """Bad input: one line naming the key, the request or the value (exit status 2)."""
+
+
+class EngineError(Exception):
+    """A step failed; the run stops here (exit status 1)."""
+
+    kind = "EngineError"
+
+    def __init__(self, message: str, step: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.step = step
+
+    def to_json(self) -> dict:
+        return {"error": self.kind, "message": self.message, "step": self.step}
+
+
+class Irreducible(EngineError):
+    """The anchor alone needs more pages than the pool has (phase 5)."""
+
+    kind = "Irreducible"
+
+
+class OutOfPages(EngineError):
+    """No preemption victim is left while pages are short: an internal error (phase 5)."""
+
+    kind = "OutOfPages"
+
+
+class GroupViolation(EngineError):
+    """The rank results do not agree exactly, or do not cover the group (phase 8)."""
+
+    kind = "GroupViolation"
+
+
+class BoundaryViolation(EngineError):
+    """The joined result does not fit the plan (phase 9)."""
+
+    kind = "BoundaryViolation"
+
+
+class RankLost(EngineError):
+    """A rank died, hung past the deadline, or broke the protocol (the distributed executor)."""
+
+    kind = "RankLost"
+
+    def __init__(self, message: str, step: int | None = None, rank: int | None = None,
+                 epoch: int | None = None, reason: str = "lost"):
+        super().__init__(message, step)
+        self.rank = rank
+        self.epoch = epoch
+        self.reason = reason
+
+    def to_json(self) -> dict:
+        out = super().to_json()
+        out.update(rank=self.rank, epoch=self.epoch, reason=self.reason)
+        return out

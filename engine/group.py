@@ -1,0 +1,72 @@
+"""Rank groups (SPEC §3, phase 8): N rank results become one only by exact agreement.
+
+`join` is the rule, shared by every group; `LocalGroup` is the in-process
+group of N rank executors, the engine's default executor.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from .errors import GroupViolation
+from .messages import ExecutionPlan, ExecutionResult, ItemOutcome, RankExecutionResult
+from .rank import RankExecutor
+from .workload import Workload
+
+
+def join(results: Iterable[RankExecutionResult], world_size: int, step: int) -> ExecutionResult:
+    """One result from N: ranks 0..N-1 exactly once, world size N, all equal. No majority vote."""
+    results = list(results)
+    ranks = sorted(r.rank for r in results)
+    if ranks != list(range(world_size)):
+        raise GroupViolation(f"results cover ranks {ranks}, want 0..{world_size - 1} once each")
+    by_rank = sorted(results, key=lambda r: r.rank)
+    for r in by_rank:
+        if r.world_size != world_size:
+            raise GroupViolation(f"rank {r.rank} names world size {r.world_size}, want {world_size}")
+        if r.step != step:
+            raise GroupViolation(f"rank {r.rank} answers step {r.step}, want {step}")
+    first = by_rank[0]
+    for r in by_rank[1:]:
+        if r.outcomes != first.outcomes:
+            raise GroupViolation(f"rank {r.rank} disagrees with rank {first.rank}: "
+                                 f"{describe_difference(first.outcomes, r.outcomes)}")
+    return ExecutionResult(step, first.outcomes)
+
+
+def describe_difference(a: tuple[ItemOutcome, ...], b: tuple[ItemOutcome, ...]) -> str:
+    if len(a) != len(b):
+        return f"{len(a)} outcomes vs {len(b)}"
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            for field in ItemOutcome._fields:
+                if getattr(x, field) != getattr(y, field):
+                    return (f"item {i} ({x.request_id}) {field} "
+                            f"{_short(getattr(x, field))} vs {_short(getattr(y, field))}")
+    return "outcomes differ"
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def accept_scripts(workload: Workload) -> dict[str, tuple[int, ...]]:
+    return {r.request_id: r.accept_script for r in workload.requests if r.accept_script is not None}
+
+
+class LocalGroup:
+    """N rank executors in this process behind the `execute(plan) -> result` seam."""
+
+    def __init__(self, workload: Workload, world_size: int | None = None):
+        cfg = workload.config
+        self.world_size = world_size or cfg.world_size
+        scripts = accept_scripts(workload)
+        self.ranks = [RankExecutor(r, self.world_size, cfg.num_pages, cfg.page_size, scripts)
+                      for r in range(self.world_size)]
+
+    def execute(self, plan: ExecutionPlan) -> ExecutionResult:
+        return join([rank.execute(plan) for rank in self.ranks], self.world_size, plan.step)
+
+    def shards(self) -> dict[int, list]:
+        """Each rank's shard as a snapshot, for the audit."""
+        return {rank.rank: rank.shard.snapshot() for rank in self.ranks}

@@ -1,0 +1,77 @@
+"""The page pool (SPEC §2): owners, the free list, and the slots of each page.
+
+The free list starts ascending; pages are taken from its front and freed to
+its back. A page's owner is a request id, `CACHE`, or None (free). Freeing a
+page empties its slots.
+
+`refs` counts, for cache-owned pages only, how many page tables map the page:
+a cache page is evictable only at refs 0 (phase 5). A request's own page is
+mapped by its owner alone, so it needs no count.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable
+
+from .shard import SlotStore
+
+
+class _Cache:
+    def __repr__(self) -> str:
+        return "CACHE"
+
+
+CACHE = _Cache()
+
+
+def pages_needed(tokens: int, page_size: int) -> int:
+    return -(-tokens // page_size)
+
+
+class PagePool:
+    __slots__ = ("num_pages", "page_size", "owner", "refs", "slots", "_free", "on_unreferenced")
+
+    def __init__(self, num_pages: int, page_size: int):
+        self.num_pages = num_pages
+        self.page_size = page_size
+        self.owner: list = [None] * num_pages
+        self.refs = [0] * num_pages
+        self.slots = SlotStore(num_pages, page_size)
+        self._free = deque(range(num_pages))
+        # Told when a cache page's last mapping goes: it may now be evictable.
+        self.on_unreferenced: Callable[[int], None] = lambda page: None
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def free_pages(self) -> list[int]:
+        return list(self._free)
+
+    def take(self, owner: str) -> int:
+        page = self._free.popleft()
+        self.owner[page] = owner
+        return page
+
+    def free(self, page: int) -> None:
+        self.owner[page] = None
+        self.refs[page] = 0
+        self.slots.clear(page)
+        self._free.append(page)
+
+    def give_to_cache(self, page: int) -> None:
+        """A published page: still mapped by the request that wrote it."""
+        self.owner[page] = CACHE
+        self.refs[page] = 1
+
+    def map_cached(self, page: int) -> None:
+        self.refs[page] += 1
+
+    def unmap(self, page: int, holder: str) -> None:
+        """`holder` drops `page` from its page table: its own page is freed."""
+        if self.owner[page] is CACHE:
+            self.refs[page] -= 1
+            if self.refs[page] == 0:
+                self.on_unreferenced(page)
+        else:
+            self.free(page)

@@ -1,0 +1,43 @@
+"""The rank executor (SPEC §3, phase 7): what every rank runs, in process or in a worker.
+
+A rank holds its shard of the pages (its slice of every page's state) and
+the accept scripts, the ranks' stand-in for a model. For each plan item it
+gives its verdict (how many draft tokens are accepted, by `verdict_index`)
+and writes `(request_id, position)` into its shard for every placement.
+"""
+from __future__ import annotations
+
+from .messages import ExecutionPlan, ItemOutcome, RankExecutionResult
+from .shard import SlotStore
+
+
+def verdict(script: tuple[int, ...] | None, verdict_index: int, drafted: int) -> int:
+    """Accepted draft tokens: the script's entry clamped to [0, drafted], else all of them."""
+    if script is None or verdict_index >= len(script):
+        return drafted
+    return min(max(script[verdict_index], 0), drafted)
+
+
+class RankExecutor:
+    def __init__(self, rank: int, world_size: int, num_pages: int, page_size: int,
+                 accept_scripts: dict[str, tuple[int, ...]]):
+        self.rank = rank
+        self.world_size = world_size
+        self.shard = SlotStore(num_pages, page_size)
+        self.accept_scripts = accept_scripts
+
+    def execute(self, plan: ExecutionPlan) -> RankExecutionResult:
+        write = self.shard.write_run
+        scripts = self.accept_scripts
+        outcomes = []
+        for item in plan.items:
+            rid = item.request_id
+            if item.decode:
+                accepted = verdict(scripts.get(rid), item.verdict_index, item.num_tokens - 1)
+            else:
+                accepted = 0
+            for position, page, offset, length in item.placements:
+                write(page, rid, position, offset, length)
+            outcomes.append(ItemOutcome(rid, item.start_position, item.num_tokens, accepted,
+                                        item.placements))
+        return RankExecutionResult(self.rank, self.world_size, plan.step, tuple(outcomes))

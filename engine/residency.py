@@ -1,0 +1,128 @@
+"""Residency (SPEC §3, phase 5): give the step's work its pages by extending,
+evicting cache leaves, or preempting requests.
+
+The anchor (the first scheduled request) is never preempted: if it alone
+outgrows the pool the step is Irreducible. Otherwise, until the work fits:
+extend if the shortfall fits the free list; else evict unmapped cache leaves
+in tree order; else preempt the last request (in request order) that holds
+pages or is still in the work.
+"""
+from __future__ import annotations
+
+import heapq
+
+from .errors import Irreducible, OutOfPages
+from .pool import PagePool, pages_needed
+from .prefix import RadixCache
+from .request import Request, State
+
+Work = list  # [(request, num_tokens, decode), ...] in request order
+
+
+class Holders:
+    """RUNNING requests whose page table is non-empty, last in request order first.
+
+    A lazy max-heap: a request is pushed when its page table fills and
+    dropped when found empty at the top, so finding the victim is O(log n).
+    """
+
+    def __init__(self):
+        self._heap: list[tuple[int, Request]] = []
+
+    def add(self, req: Request) -> None:
+        if not req.in_holders:
+            req.in_holders = True
+            heapq.heappush(self._heap, (-req.index, req))
+
+    def last(self) -> Request | None:
+        heap = self._heap
+        while heap:
+            req = heap[0][1]
+            if req.state is State.RUNNING and req.page_table:
+                return req
+            heapq.heappop(heap)
+            req.in_holders = False
+        return None
+
+
+def make_resident(work: Work, pool: PagePool, cache: RadixCache, holders: Holders,
+                  evicted: list[int], preempted: list[Request]) -> None:
+    """Phase 5: on return every work entry has the pages it needs, in work order.
+
+    Appends evicted page ids and preempted requests to the lists given, and
+    drops preempted requests from `work`.
+    """
+    page_size = pool.page_size
+    anchor, anchor_tokens, _ = work[0]
+    if pages_needed(anchor.computed + anchor_tokens, page_size) > pool.num_pages:
+        raise Irreducible(f"{anchor.request_id} alone outgrows the pool: needs "
+                          f"{pages_needed(anchor.computed + anchor_tokens, page_size)} pages, "
+                          f"the pool has {pool.num_pages}")
+    while True:
+        shortfall = 0
+        for req, n, _ in work:
+            short = pages_needed(req.computed + n, page_size) - len(req.page_table)
+            if short > 0:
+                shortfall += short
+        if shortfall <= pool.num_free:
+            _extend(work, pool, holders)
+            return
+        if _evict(shortfall - pool.num_free, pool, cache, evicted):
+            continue
+        victim = _victim(work, holders, anchor)
+        if victim is None:
+            raise OutOfPages(f"no request left to preempt for {shortfall} pages "
+                             f"({pool.num_free} free)")
+        if work[-1][0] is victim:
+            work.pop()
+        preempt(victim, pool)
+        preempted.append(victim)
+
+
+def _extend(work: Work, pool: PagePool, holders: Holders) -> None:
+    page_size = pool.page_size
+    for req, n, _ in work:
+        table = req.page_table
+        for _ in range(pages_needed(req.computed + n, page_size) - len(table)):
+            table.append(pool.take(req.request_id))
+        holders.add(req)
+
+
+def _evict(num_wanted: int, pool: PagePool, cache: RadixCache, evicted: list[int]) -> int:
+    """Evict up to `num_wanted` unmapped cache leaves, first in tree order first."""
+    done = 0
+    while done < num_wanted:
+        page = cache.evict_one(pool.refs)
+        if page is None:
+            break
+        pool.free(page)
+        evicted.append(page)
+        done += 1
+    return done
+
+
+def _victim(work: Work, holders: Holders, anchor: Request) -> Request | None:
+    """The last RUNNING request, not the anchor, holding pages or still in the work.
+
+    Requests past the last work entry were not reached by the budget; among
+    them only holders count. So the victim is the later of the last holder and
+    the last work entry.
+    """
+    candidate = holders.last()
+    last_work = work[-1][0]
+    if candidate is None or last_work.index > candidate.index:
+        candidate = last_work
+    return None if candidate is anchor else candidate
+
+
+def preempt(req: Request, pool: PagePool) -> None:
+    """The request loses its pages and starts again from 0; it stays RUNNING."""
+    release_pages(req, pool)
+    req.computed = 0
+
+
+def release_pages(req: Request, pool: PagePool) -> None:
+    """Free the pages the request owns, in page table order; cache pages stay cached."""
+    for page in req.page_table:
+        pool.unmap(page, req.request_id)
+    req.page_table = []

@@ -1,0 +1,34 @@
+"""Speculative decoding: draft (phase 3) and resolve (phase 10).
+
+A decoding request asks for its last sampled token plus `draft_len` draft
+tokens; the ranks' verdict says how many drafts are accepted, the rest are
+rolled back: the frontier steps back and the pages past it are released.
+"""
+from __future__ import annotations
+
+from .pool import PagePool, pages_needed
+from .request import Request
+
+
+def draft_len(req: Request, spec_len: int) -> int:
+    """Phase 3. Decoding is decided by the frontier, not by `computed >= prompt` (SPEC §5)."""
+    if req.generated >= 1 and req.computed == req.prompt + req.generated - 1:
+        return min(spec_len, req.max_new_tokens - req.generated - 1)
+    return 0
+
+
+def resolve(req: Request, num_tokens: int, accepted: int, pool: PagePool) -> tuple[int, int, int]:
+    """Phase 10 for one committed decode item; returns (drafted, accepted, rolled_back)."""
+    drafted = num_tokens - 1
+    if req.eos_after is not None:
+        accepted = min(accepted, req.eos_after - req.generated)
+    rolled_back = drafted - accepted
+    req.computed -= rolled_back
+    req.generated += accepted
+    req.num_verdicts += 1
+    keep = pages_needed(req.computed, pool.page_size)
+    table = req.page_table
+    while len(table) > keep:
+        pool.unmap(table.pop(), req.request_id)
+    req.draft_len = 0
+    return drafted, accepted, rolled_back

@@ -1,0 +1,209 @@
+"""The step loop (SPEC §3): the thirteen phases in order, around the executor seam.
+
+`prepare` runs phases 1 to 6 and returns the plan; the executor runs phase 7
+and its group joins (phase 8); `commit` runs phases 9 to 13. Between the plan
+and the commit nothing of the control plane changes, so a step whose
+execution fails leaves requests, pool and cache as they were when the plan
+went out.
+"""
+from __future__ import annotations
+
+import bisect
+import heapq
+from typing import Iterator, NamedTuple
+
+from . import caching, speculation
+from .boundary import build_plan, validate
+from .errors import EngineError
+from .group import LocalGroup
+from .messages import ExecutionPlan, ExecutionResult
+from .pool import PagePool
+from .prefix import KeyTable, RadixCache
+from .request import FinishReason, Request, SampleResult, State
+from .residency import Holders, make_resident, release_pages
+from .trace import StepTrace
+from .workload import Workload, load_workload
+
+
+class PreparedStep(NamedTuple):
+    """A step up to its plan: what phases 1 to 6 did, waiting for the executor."""
+    step: int
+    plan: ExecutionPlan
+    work: list                 # [(request, num_tokens, decode)], the plan's items in order
+    admitted: list[str]
+    scheduled: list[str]
+    preempted: list[str]
+    reused: dict[str, int]
+    evicted: list[int]
+
+
+class Engine:
+    """The control plane. Give it a workload and an executor (default: LocalGroup)."""
+
+    def __init__(self, workload: Workload | dict | str, executor=None):
+        if not isinstance(workload, Workload):
+            workload = load_workload(workload)
+        self.workload = workload
+        self.config = cfg = workload.config
+        self.requests = [Request(i, spec) for i, spec in enumerate(workload.requests)]
+        self.by_id = {r.request_id: r for r in self.requests}
+        self.executor = executor if executor is not None else LocalGroup(workload)
+        self.pool = PagePool(cfg.num_pages, cfg.page_size)
+        self.cache = RadixCache()
+        self.pool.on_unreferenced = self.cache.note_unreferenced
+        self.keys = KeyTable()
+        self.step_id = 0
+        self.num_unfinished = len(self.requests)
+        self._waiting = [(r.arrival_step, r.index, r) for r in self.requests]
+        heapq.heapify(self._waiting)
+        self._running: list[Request] = []          # in request order
+        self._unplaced: dict[int, Request] = {}    # RUNNING, computed 0, no pages: phase 2's candidates
+        self._holders = Holders()
+
+    @property
+    def done(self) -> bool:
+        return self.num_unfinished == 0
+
+    def run(self) -> Iterator[StepTrace]:
+        while not self.done:
+            yield self.step()
+
+    def step(self) -> StepTrace:
+        prepared = self.prepare()
+        try:
+            result = self.executor.execute(prepared.plan)
+        except EngineError as e:
+            e.step = prepared.step if e.step is None else e.step
+            raise
+        return self.commit(prepared, result)
+
+    # -- phases 1 to 6 ---------------------------------------------------------------
+
+    def prepare(self) -> PreparedStep:
+        step = self.step_id
+        try:
+            admitted = self._admit(step)
+            reused = self._reuse()
+            work, scheduled = self._schedule()
+            evicted: list[int] = []
+            preempted: list[Request] = []
+            if work:
+                make_resident(work, self.pool, self.cache, self._holders, evicted, preempted)
+        except EngineError as e:
+            e.step = step
+            raise
+        for req in preempted:
+            self._unplaced[req.index] = req
+        for req, _, _ in work:
+            self._unplaced.pop(req.index, None)
+        plan = build_plan(step, work, self.config.page_size)
+        return PreparedStep(step, plan, work, admitted, scheduled,
+                            [r.request_id for r in preempted], reused, evicted)
+
+    def _admit(self, step: int) -> list[str]:
+        """Phase 1: arrived WAITING requests become RUNNING, in request order."""
+        arrived = []
+        waiting = self._waiting
+        while waiting and waiting[0][0] <= step:
+            arrived.append(heapq.heappop(waiting)[2])
+        arrived.sort(key=lambda r: r.index)
+        for req in arrived:
+            req.state = State.RUNNING
+            bisect.insort(self._running, req, key=lambda r: r.index)
+            self._unplaced[req.index] = req
+        return [r.request_id for r in arrived]
+
+    def _reuse(self) -> dict[str, int]:
+        """Phase 2, for every RUNNING request with nothing computed and no pages."""
+        reused = {}
+        for index in sorted(self._unplaced):
+            req = self._unplaced[index]
+            computed = caching.reuse(req, self.cache, self.pool, self.keys)
+            if computed:
+                reused[req.request_id] = computed
+                self._holders.add(req)
+                del self._unplaced[index]
+        return reused
+
+    def _schedule(self) -> tuple[list, list[str]]:
+        """Phases 3 and 4: drafts, then the token budget in request order.
+
+        A request the budget does not reach keeps a stale draft_len; it is
+        set again before it is next read, so only reached requests are drafted.
+        """
+        budget = self.config.max_step_tokens
+        spec_len = self.config.spec_len
+        work = []
+        for req in self._running:
+            decode = req.generated >= 1 and req.computed == req.prompt + req.generated - 1
+            req.draft_len = speculation.draft_len(req, spec_len) if decode else 0
+            n = min(req.prompt + req.generated - req.computed + req.draft_len, budget)
+            if n > 0:
+                work.append((req, n, decode))
+                budget -= n
+                if budget == 0:
+                    break
+        return work, [req.request_id for req, _, _ in work]
+
+    # -- phases 9 to 13 --------------------------------------------------------------
+
+    def commit(self, prepared: PreparedStep, result: ExecutionResult) -> StepTrace:
+        try:
+            validate(prepared.plan, result)
+        except EngineError as e:
+            e.step = prepared.step
+            raise
+        pool, cache, keys = self.pool, self.cache, self.keys
+        write = pool.slots.write_run
+        executed, drafted, accepted, rolled_back = {}, {}, {}, {}
+        published, sampled, finished = {}, {}, {}
+        work = prepared.work
+        # phase 9, apply: the writes land, the frontier moves
+        for (req, n, _), outcome in zip(work, result.outcomes):
+            rid = req.request_id
+            for position, page, offset, length in outcome.writes:
+                write(page, rid, position, offset, length)
+            req.computed += outcome.executed_tokens
+            executed[rid] = n
+        # phase 10, resolve
+        for (req, n, decode), outcome in zip(work, result.outcomes):
+            if decode:
+                d, a, r = speculation.resolve(req, n, outcome.accepted, pool)
+                rid = req.request_id
+                drafted[rid], accepted[rid], rolled_back[rid] = d, a, r
+        # phase 11, publish
+        for req, _, _ in work:
+            num_blocks = caching.publish(req, cache, pool, keys)
+            if num_blocks:
+                published[req.request_id] = num_blocks
+        # phases 12 and 13, sample and update
+        for req, _, _ in work:
+            if req.computed != req.prompt + req.generated:
+                continue
+            rid = req.request_id
+            if req.eos_after is not None and req.generated >= req.eos_after:
+                sampled[rid] = SampleResult.EOS.value
+                self._finish(req, FinishReason.EOS)
+                finished[rid] = FinishReason.EOS.value
+            else:
+                sampled[rid] = SampleResult.TOKEN.value
+                req.generated += 1
+                if req.generated >= req.max_new_tokens:
+                    self._finish(req, FinishReason.LENGTH)
+                    finished[rid] = FinishReason.LENGTH.value
+        self.step_id += 1
+        return StepTrace(prepared.step, prepared.admitted, prepared.scheduled, executed, sampled,
+                         finished, prepared.preempted, prepared.reused, published,
+                         prepared.evicted, drafted, accepted, rolled_back)
+
+    def _finish(self, req: Request, reason: FinishReason) -> None:
+        req.state = State.FINISHED
+        req.finish_reason = reason
+        release_pages(req, self.pool)
+        del self._running[bisect.bisect_left(self._running, req.index, key=lambda r: r.index)]
+        self.num_unfinished -= 1
+
+    # -- reading the state -----------------------------------------------------------
+
+    def summary(self) -> list[dict]:
+        return [r.summary() for r in self.requests]

@@ -1,0 +1,197 @@
+"""Workloads (SPEC §1): the engine's configuration and its requests, validated.
+
+`load_workload` is the one door in: it takes a dict, a JSON string path or a
+file path, applies every rule of SPEC §1 and returns a frozen `Workload`, or
+raises `WorkloadError` with one line naming the key, the request and the value.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import WorkloadError
+
+# key -> (default, smallest allowed value)
+ENGINE_KEYS: dict[str, tuple[int, int]] = {
+    "max_step_tokens": (8, 1),
+    "page_size": (4, 1),
+    "num_pages": (8, 1),
+    "spec_len": (0, 0),
+    "world_size": (1, 1),
+}
+REQUEST_KEYS = ("request_id", "tokens", "prompt_len", "max_new_tokens", "arrival_step",
+                "eos_after", "accept_script")
+TOP_KEYS = ("engine", "requests", "faults")
+
+# A prompt given by length at list index i gets tokens 1000*i, 1000*i+1, ...
+PROMPT_STRIDE = 1000
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_step_tokens: int = 8
+    page_size: int = 4
+    num_pages: int = 8
+    spec_len: int = 0
+    world_size: int = 1
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    request_id: str
+    tokens: tuple[int, ...]
+    max_new_tokens: int
+    arrival_step: int = 0
+    eos_after: int | None = None
+    accept_script: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    config: EngineConfig
+    requests: tuple[RequestSpec, ...]
+    # Fault specs carried for the distributed executor; opaque to the engine.
+    faults: tuple[str, ...] = ()
+
+    def with_config(self, **knobs: int | None) -> "Workload":
+        """Override engine knobs (the command line's), validated like the spec's own."""
+        given = {k: v for k, v in knobs.items() if v is not None}
+        for key, value in given.items():
+            _check_engine_value(key, value)
+        return replace(self, config=replace(self.config, **given))
+
+    def to_dict(self) -> dict:
+        """The workload as SPEC §1 JSON (requests by explicit tokens)."""
+        out: dict[str, Any] = {"engine": vars(self.config).copy(), "requests": []}
+        for r in self.requests:
+            out["requests"].append({
+                "request_id": r.request_id, "tokens": list(r.tokens),
+                "max_new_tokens": r.max_new_tokens, "arrival_step": r.arrival_step,
+                "eos_after": r.eos_after,
+                "accept_script": None if r.accept_script is None else list(r.accept_script)})
+        if self.faults:
+            out["faults"] = list(self.faults)
+        return out
+
+
+def load_workload(source: dict | str | Path) -> Workload:
+    """Parse and validate a workload: a dict, or the path of a JSON file."""
+    if isinstance(source, (str, Path)):
+        source = read_json(Path(source))
+    return parse_workload(source)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise WorkloadError(f"cannot read spec {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise WorkloadError(f"cannot read spec {path}: {getattr(e, 'strerror', None) or e}") from None
+    return parse_json(text, f"spec {path}")
+
+
+def parse_json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise WorkloadError(f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+
+
+def parse_workload(data: Any) -> Workload:
+    if not isinstance(data, dict):
+        raise WorkloadError(f"a workload must be a JSON object, got {_kind(data)}")
+    _no_unknown_keys(data, TOP_KEYS, "workload")
+    engine = data.get("engine", {})
+    if not isinstance(engine, dict):
+        raise WorkloadError(f"'engine' must be an object, got {_kind(engine)}")
+    _no_unknown_keys(engine, ENGINE_KEYS, "engine")
+    for key, value in engine.items():
+        _check_engine_value(key, value)
+    config = EngineConfig(**engine)
+
+    requests = data.get("requests", [])
+    if not isinstance(requests, list):
+        raise WorkloadError(f"'requests' must be a list, got {_kind(requests)}")
+    specs: list[RequestSpec] = []
+    seen: set[str] = set()
+    for index, raw in enumerate(requests):
+        spec = _parse_request(index, raw)
+        if spec.request_id in seen:
+            raise WorkloadError(f"duplicate request_id {spec.request_id!r} (request {index})")
+        seen.add(spec.request_id)
+        specs.append(spec)
+
+    faults = data.get("faults", [])
+    if not isinstance(faults, list) or not all(isinstance(f, str) for f in faults):
+        raise WorkloadError("'faults' must be a list of strings such as \"1:crash@3\"")
+    return Workload(config, tuple(specs), tuple(faults))
+
+
+def _parse_request(index: int, raw: Any) -> RequestSpec:
+    where = f"request {index}"
+    if not isinstance(raw, dict):
+        raise WorkloadError(f"{where} must be an object, got {_kind(raw)}")
+    rid = raw.get("request_id")
+    if not isinstance(rid, str) or not rid:
+        raise WorkloadError(f"{where}: 'request_id' must be a non-empty string, got {_show(rid)}")
+    where = f"request {rid!r}"
+    _no_unknown_keys(raw, REQUEST_KEYS, where)
+    if ("tokens" in raw) == ("prompt_len" in raw):
+        raise WorkloadError(f"{where}: give exactly one of 'tokens' and 'prompt_len'")
+    if "tokens" in raw:
+        tokens = raw["tokens"]
+        if not isinstance(tokens, list) or not tokens or not all(_is_int(t) for t in tokens):
+            raise WorkloadError(f"{where}: 'tokens' must be a non-empty list of integers")
+        tokens = tuple(tokens)
+    else:
+        prompt_len = _int_at_least(raw["prompt_len"], 1, where, "prompt_len")
+        base = PROMPT_STRIDE * index
+        tokens = tuple(range(base, base + prompt_len))
+    if "max_new_tokens" not in raw:
+        raise WorkloadError(f"{where}: 'max_new_tokens' is required")
+    max_new = _int_at_least(raw["max_new_tokens"], 1, where, "max_new_tokens")
+    arrival = _int_at_least(raw.get("arrival_step", 0), 0, where, "arrival_step")
+    eos_after = raw.get("eos_after")
+    if eos_after is not None:
+        eos_after = _int_at_least(eos_after, 0, where, "eos_after")
+    script = raw.get("accept_script")
+    if script is not None:
+        if not isinstance(script, list) or not all(_is_int(a) for a in script):
+            raise WorkloadError(f"{where}: 'accept_script' must be a list of integers or null")
+        script = tuple(script)
+    return RequestSpec(rid, tokens, max_new, arrival, eos_after, script)
+
+
+def _check_engine_value(key: str, value: Any) -> None:
+    if key not in ENGINE_KEYS:
+        raise WorkloadError(f"unknown engine key {key!r}")
+    _int_at_least(value, ENGINE_KEYS[key][1], "engine", key)
+
+
+def _int_at_least(value: Any, low: int, where: str, key: str) -> int:
+    if not _is_int(value) or value < low:
+        rel = "> 0" if low == 1 else f">= {low}"
+        raise WorkloadError(f"{where}: '{key}' must be an integer {rel}, got {_show(value)}")
+    return value
+
+
+def _no_unknown_keys(obj: dict, allowed, where: str) -> None:
+    for key in obj:
+        if key not in allowed:
+            raise WorkloadError(f"{where}: unknown key {key!r} (allowed: {', '.join(allowed)})")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            type(None): "null"}.get(type(value), "a number")
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value) if not isinstance(value, (dict, list)) else _kind(value)
