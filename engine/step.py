@@ -8,8 +8,6 @@ went out.
 """
 from __future__ import annotations
 
-import bisect
-import heapq
 from typing import Iterator, NamedTuple
 
 from . import caching, speculation
@@ -21,6 +19,7 @@ from .pool import PagePool
 from .prefix import KeyTable, RadixCache
 from .request import FinishReason, Request, SampleResult, State
 from .residency import Holders, make_resident, release_pages
+from .scheduler import Scheduler
 from .trace import StepTrace
 from .workload import Workload, load_workload
 
@@ -54,9 +53,7 @@ class Engine:
         self.keys = KeyTable()
         self.step_id = 0
         self.num_unfinished = len(self.requests)
-        self._waiting = [(r.arrival_step, r.index, r) for r in self.requests]
-        heapq.heapify(self._waiting)
-        self._running: list[Request] = []          # in request order
+        self.scheduler = Scheduler(self.requests)
         self._unplaced: dict[int, Request] = {}    # RUNNING, computed 0, no pages: phase 2's candidates
         self._holders = Holders()
 
@@ -84,7 +81,8 @@ class Engine:
         try:
             admitted = self._admit(step)
             reused = self._reuse()
-            work, scheduled = self._schedule()
+            work = self.scheduler.schedule(self.config.max_step_tokens, self.config.spec_len)
+            scheduled = [req.request_id for req, _, _ in work]
             evicted: list[int] = []
             preempted: list[Request] = []
             if work:
@@ -101,15 +99,8 @@ class Engine:
                             [r.request_id for r in preempted], reused, evicted)
 
     def _admit(self, step: int) -> list[str]:
-        """Phase 1: arrived WAITING requests become RUNNING, in request order."""
-        arrived = []
-        waiting = self._waiting
-        while waiting and waiting[0][0] <= step:
-            arrived.append(heapq.heappop(waiting)[2])
-        arrived.sort(key=lambda r: r.index)
+        arrived = self.scheduler.admit(step)
         for req in arrived:
-            req.state = State.RUNNING
-            bisect.insort(self._running, req, key=lambda r: r.index)
             self._unplaced[req.index] = req
         return [r.request_id for r in arrived]
 
@@ -124,26 +115,6 @@ class Engine:
                 self._holders.add(req)
                 del self._unplaced[index]
         return reused
-
-    def _schedule(self) -> tuple[list, list[str]]:
-        """Phases 3 and 4: drafts, then the token budget in request order.
-
-        A request the budget does not reach keeps a stale draft_len; it is
-        set again before it is next read, so only reached requests are drafted.
-        """
-        budget = self.config.max_step_tokens
-        spec_len = self.config.spec_len
-        work = []
-        for req in self._running:
-            decode = req.generated >= 1 and req.computed == req.prompt + req.generated - 1
-            req.draft_len = speculation.draft_len(req, spec_len) if decode else 0
-            n = min(req.prompt + req.generated - req.computed + req.draft_len, budget)
-            if n > 0:
-                work.append((req, n, decode))
-                budget -= n
-                if budget == 0:
-                    break
-        return work, [req.request_id for req, _, _ in work]
 
     # -- phases 9 to 13 --------------------------------------------------------------
 
@@ -200,7 +171,7 @@ class Engine:
         req.state = State.FINISHED
         req.finish_reason = reason
         release_pages(req, self.pool)
-        del self._running[bisect.bisect_left(self._running, req.index, key=lambda r: r.index)]
+        self.scheduler.retire(req)
         self.num_unfinished -= 1
 
     # -- reading the state -----------------------------------------------------------

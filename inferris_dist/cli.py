@@ -1,0 +1,148 @@
+"""The `inferris-dist` command line.
+
+Exit status: 0 done, 1 the engine or a rank failed (diagnosis printed),
+2 bad input (one line on stderr), 130 interrupted. No traceback reaches a user.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from engine import Engine, EngineError, WorkloadError
+
+from . import render
+from .mechanisms import MECHANISMS
+from .workloads import REQUEST_FORMAT, workload_from_flags
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line and exit status 2."""
+
+    def error(self, message: str):
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want an integer, got {text!r}") from None
+    return value
+
+
+def add_workload_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("workload (default: the built-in demo)")
+    g.add_argument("--spec", metavar="FILE", help="workload JSON file, or - for stdin")
+    g.add_argument("--request", action="append", metavar=REQUEST_FORMAT,
+                   help="add a request (repeatable; exclusive with --spec)")
+    for knob in ("max-step-tokens", "page-size", "num-pages", "spec-len", "world-size"):
+        g.add_argument(f"--{knob}", type=positive_int, metavar="N",
+                       help="override the workload's engine value")
+
+
+def knobs_of(args) -> dict:
+    return {k: getattr(args, k) for k in
+            ("max_step_tokens", "page_size", "num_pages", "spec_len", "world_size")}
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="inferris-dist", description="See, test and break the executor boundary "
+               "of an LLM serving engine.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    run = sub.add_parser("run", help="run a workload in one process")
+    add_workload_flags(run)
+    run.add_argument("--json", action="store_true", help="SPEC §4 JSON lines")
+    demo = sub.add_parser("demo", help="run the built-in three-request demo in one process")
+    demo.add_argument("--json", action="store_true", help="SPEC §4 JSON lines")
+    sub.add_parser("mechs", help="list the mechanisms and where they live")
+    return p
+
+
+def cmd_run(args, default_name: str = "run") -> int:
+    workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
+    return run_in_process(workload, name, args.json)
+
+
+def cmd_demo(args) -> int:
+    workload, name = workload_from_flags(None, None, {})
+    return run_in_process(workload, name, args.json)
+
+
+def run_in_process(workload, name: str, as_json: bool) -> int:
+    out = sys.stdout
+    engine = Engine(workload)
+    style = render.use_color(out)
+    printer = None
+    if not as_json:
+        out.write(render.header(workload, name) + "\n")
+        printer = render.StepPrinter(out, style)
+    num_steps = 0
+    try:
+        for trace in engine.run():
+            num_steps += 1
+            if as_json:
+                out.write(json.dumps(trace._asdict()) + "\n")
+            else:
+                printer.step(trace)
+    except EngineError as err:
+        if as_json:
+            out.write(json.dumps(err.to_json()) + "\n")
+        else:
+            printer.flush()
+            out.write(render.request_table(engine.summary(), style) + "\n")
+            out.flush()
+            render.write_error(err, sys.stderr, render.use_color(sys.stderr))
+        return EXIT_FAILED
+    if as_json:
+        out.write(json.dumps({"summary": engine.summary()}) + "\n")
+    else:
+        printer.flush()
+        out.write(render.request_table(engine.summary(), style) + "\n")
+        out.write(render.closing_line(num_steps, engine.summary()) + "\n")
+    return EXIT_OK
+
+
+def cmd_mechs(args) -> int:
+    rows = [("mechanism", "key question", "module", "tests")] + MECHANISMS
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        sys.stdout.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n")
+    return EXIT_OK
+
+
+COMMANDS = {"run": cmd_run, "demo": cmd_demo, "mechs": cmd_mechs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        status = COMMANDS[args.command](args)
+    except (UsageError, WorkloadError) as e:
+        sys.stdout.flush()
+        sys.stderr.write(f"{e}\n" if isinstance(e, UsageError) else f"inferris-dist: {e}\n")
+        status = EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("inferris-dist: interrupted\n")
+        status = EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (| head): stop quietly, without a second error at exit.
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = EXIT_OK
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

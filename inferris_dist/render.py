@@ -1,0 +1,137 @@
+"""Human output: one aligned line per step saying only what happened, then the requests.
+
+Plain text unless stdout is a terminal (and NO_COLOR is unset); never a
+Python repr. `--json` output is not made here: it is SPEC §4, line for line.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import TextIO
+
+from engine import StepTrace, Workload
+
+
+class Style:
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    @classmethod
+    def for_stream(cls, stream: TextIO) -> "Style":
+        return cls(hasattr(stream, "isatty") and stream.isatty() and not os.environ.get("NO_COLOR"))
+
+    def _wrap(self, code: str, text: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.enabled else text
+
+    def dim(self, text: str) -> str:
+        return self._wrap("2", text)
+
+    def bold(self, text: str) -> str:
+        return self._wrap("1", text)
+
+    def red(self, text: str) -> str:
+        return self._wrap("31", text)
+
+    def green(self, text: str) -> str:
+        return self._wrap("32", text)
+
+    def yellow(self, text: str) -> str:
+        return self._wrap("33", text)
+
+
+STEP_WIDTH = 5
+
+
+def header(workload: Workload, title: str) -> str:
+    c = workload.config
+    n = len(workload.requests)
+    return (f"{title}: {n} request{'s' * (n != 1)}, max_step_tokens {c.max_step_tokens}, "
+            f"page_size {c.page_size}, num_pages {c.num_pages}, spec_len {c.spec_len}, "
+            f"world_size {c.world_size}")
+
+
+def step_events(t: StepTrace, style: Style) -> str:
+    """What happened in one step, in phase order, each kind once and only if it happened."""
+    parts = []
+
+    def add(label: str, body: str, paint=None) -> None:
+        parts.append(f"{(paint or style.dim)(label)} {body}")
+
+    if t.admitted:
+        add("admit", " ".join(t.admitted))
+    if t.reused:
+        add("reuse", " ".join(f"{r}:{n}" for r, n in t.reused.items()))
+    if t.evicted:
+        add("evict", "pages " + ",".join(map(str, t.evicted)), style.yellow)
+    if t.preempted:
+        add("preempt", " ".join(t.preempted), style.yellow)
+    if t.executed:
+        add("run", " ".join(f"{r}:{n}" for r, n in t.executed.items()))
+    if t.drafted:
+        add("accept", " ".join(f"{r}:{t.accepted[r]}/{d}" for r, d in t.drafted.items()))
+    if t.published:
+        add("publish", " ".join(f"{r}:{n}" for r, n in t.published.items()))
+    if t.sampled:
+        add("sample", " ".join(r if s == "TOKEN" else f"{r}:{s}" for r, s in t.sampled.items()))
+    if t.finished:
+        add("finish", " ".join(f"{r}:{why}" for r, why in t.finished.items()), style.green)
+    return "  ".join(parts)
+
+
+def step_line(t: StepTrace, style: Style) -> str:
+    return f"{t.step:>{STEP_WIDTH}}  {step_events(t, style) or style.dim('idle')}"
+
+
+def idle_line(first: int, last: int, style: Style) -> str:
+    label = str(first) if first == last else f"{first}-{last}"
+    return f"{label:>{STEP_WIDTH}}  {style.dim('idle, waiting for arrivals')}"
+
+
+class StepPrinter:
+    """Prints step lines; a run of idle steps becomes one line."""
+
+    def __init__(self, out: TextIO, style: Style):
+        self.out = out
+        self.style = style
+        self._idle: tuple[int, int] | None = None
+
+    def step(self, t: StepTrace, extra: str = "") -> None:
+        if t.is_empty and not extra:
+            first = self._idle[0] if self._idle else t.step
+            self._idle = (first, t.step)
+            return
+        self.flush()
+        self.out.write(step_line(t, self.style) + extra + "\n")
+
+    def flush(self) -> None:
+        if self._idle:
+            self.out.write(idle_line(*self._idle, self.style) + "\n")
+            self._idle = None
+
+
+def request_table(summary: list[dict], style: Style) -> str:
+    cols = ("request", "state", "generated", "computed", "finish")
+    rows = [(s["request_id"], s["state"], str(s["generated"]), str(s["computed"]),
+             s["finish_reason"] or "-") for s in summary]
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+    right = {2, 3}
+
+    def fmt(row) -> str:
+        return "  ".join(v.rjust(w) if i in right else v.ljust(w)
+                         for i, (v, w) in enumerate(zip(row, widths))).rstrip()
+
+    lines = [style.dim(fmt(cols))] + [fmt(r) for r in rows]
+    return "\n".join(lines)
+
+
+def closing_line(num_steps: int, summary: list[dict]) -> str:
+    done = sum(1 for s in summary if s["state"] == "FINISHED")
+    return f"{num_steps} step{'s' * (num_steps != 1)}, {done}/{len(summary)} requests finished"
+
+
+def write_error(err, out: TextIO, style: Style) -> None:
+    out.write(style.red(f"error: {err.kind} at step {err.step}: {err.message}") + "\n")
+
+
+def use_color(stream=None) -> Style:
+    return Style.for_stream(stream or sys.stdout)

@@ -1,0 +1,53 @@
+"""Where a command's workload comes from: --spec, --request flags, or the built-in demo."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from engine import Workload, WorkloadError, load_workload
+from engine.workload import parse_json
+
+# The built-in demo: three requests, chunked prefill, a prefix, speculation on four ranks.
+DEMO = {
+    "engine": {"max_step_tokens": 8, "page_size": 4, "num_pages": 8, "spec_len": 3, "world_size": 4},
+    "requests": [
+        {"request_id": "r0", "prompt_len": 6, "max_new_tokens": 4},
+        {"request_id": "r1", "prompt_len": 4, "max_new_tokens": 3, "arrival_step": 1},
+        {"request_id": "r2", "prompt_len": 10, "max_new_tokens": 5, "arrival_step": 2,
+         "accept_script": [1, 2]},
+    ],
+}
+
+REQUEST_FORMAT = "ID:PROMPT_LEN:MAX_NEW[:ARRIVAL[:EOS_AFTER]]"
+
+
+def parse_request_flag(text: str) -> dict:
+    """`--request r0:6:4:0:2` -> a SPEC §1 request object (validated with the rest)."""
+    parts = text.split(":")
+    if not 3 <= len(parts) <= 5 or not parts[0]:
+        raise WorkloadError(f"--request {text!r}: want {REQUEST_FORMAT}")
+    names = ("prompt_len", "max_new_tokens", "arrival_step", "eos_after")
+    out: dict = {"request_id": parts[0]}
+    for name, value in zip(names, parts[1:]):
+        try:
+            out[name] = int(value)
+        except ValueError:
+            raise WorkloadError(f"--request {text!r}: {name} must be an integer, got {value!r}") from None
+    return out
+
+
+def workload_from_flags(spec: str | None, requests: list[str] | None, knobs: dict,
+                        default: dict | None = DEMO) -> tuple[Workload, str]:
+    """The workload and a name for it; knobs (command-line engine values) override the spec's."""
+    if spec is not None and requests:
+        raise WorkloadError("--spec and --request are exclusive: give one or the other")
+    if spec == "-":
+        workload, name = load_workload(parse_json(sys.stdin.read(), "spec on stdin")), "stdin"
+    elif spec is not None:
+        workload, name = load_workload(Path(spec)), Path(spec).name.removesuffix(".json")
+    elif requests:
+        workload = load_workload({"requests": [parse_request_flag(r) for r in requests]})
+        name = "requests"
+    else:
+        workload, name = load_workload(default), "demo"
+    return workload.with_config(**knobs), name
