@@ -48,6 +48,12 @@ class BoundaryViolation(EngineError):
     kind = "BoundaryViolation"
 
 
+class ShardDivergence(EngineError):
+    """A rank's page shard does not hold what the control plane's pool holds (the audit)."""
+
+    kind = "ShardDivergence"
+
+
 class RankLost(EngineError):
     """A rank died, hung past the deadline, or broke the protocol (the distributed executor)."""
 

@@ -41,6 +41,13 @@ class SlotStore:
                 below.append(layer)
         layers[1:] = below
 
+    def erase_run(self, page: int, request_id: str, position: int, offset: int, length: int) -> None:
+        """Forget a run written by `request_id` (the slots become empty)."""
+        bits = ((1 << length) - 1) << offset
+        for layer in self._pages[page] or ():
+            if layer[0] == request_id and layer[1] == position - offset:
+                layer[2] &= ~bits
+
     def clear(self, page: int) -> None:
         self._pages[page] = None
 

@@ -1,0 +1,346 @@
+"""ProcessGroup: the engine's executor seam on N real worker processes.
+
+Each step the plan is encoded once and sent to every rank over one ROUTER
+socket; the group gathers one RESULT per rank under the step deadline,
+watching each worker's process sentinel so a death is seen at once, not at
+the deadline; then it joins the N answers with engine's exact-agreement rule.
+Lockstep: `execute` returns (or raises) before the next plan can go out.
+
+Messages of another epoch or step are stale, a second answer from a rank is a
+duplicate: both are counted and dropped, never joined. A message that does
+not decode is a protocol error attributed to the rank that sent it.
+"""
+from __future__ import annotations
+
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+import zmq
+
+from engine import ExecutionPlan, ExecutionResult, RankExecutionResult, RankLost, Workload, join
+from engine.errors import ShardDivergence
+from engine.group import accept_scripts
+from engine.shard import SlotStore, first_mismatch
+from launcher import WorkerProcess, spawn_workers, stop_workers
+
+from . import wire
+from .faults import Fault
+from .observe import RankTotals, StepRecord, WireLog
+from .wire import MsgType
+
+LOOPBACK = "tcp://127.0.0.1"
+
+
+class ProcessGroup:
+    def __init__(self, workload: Workload, world_size: int | None = None, *,
+                 step_timeout: float = 10.0, start_timeout: float = 20.0,
+                 faults: Sequence[Fault] = (), wire_log: WireLog | None = None,
+                 bind: str = LOOPBACK):
+        cfg = workload.config
+        self.world_size = world_size or cfg.world_size
+        self.num_pages, self.page_size = cfg.num_pages, cfg.page_size
+        self.accept_scripts = accept_scripts(workload)
+        self.step_timeout = step_timeout
+        self.start_timeout = start_timeout
+        self.faults = list(faults)
+        self.log = wire_log
+        self.bind = bind
+        self.epoch = 0
+        self.workers: dict[int, WorkerProcess] = {}
+        self.identity: dict[int, bytes] = {}
+        self.rank_of: dict[bytes, int] = {}
+        self.totals = {r: RankTotals() for r in range(self.world_size)}
+        self.last_record: StepRecord | None = None
+        self.pids_started: list[int] = []
+        self._secret = secrets.token_bytes(32)
+        self._log_dir = Path(tempfile.mkdtemp(prefix="inferris-dist-"))
+        self._ctx = zmq.Context()
+        self._sock = None
+        self._poller = zmq.Poller()
+        self.address = ""
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def __enter__(self) -> "ProcessGroup":
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        sock = self._sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, int(self.step_timeout * 1000))
+        sock.setsockopt(zmq.SNDTIMEO, 1000)
+        sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_FRAME_BYTES)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        sock.bind(f"{self.bind}:0")
+        self.address = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._poller.register(sock, zmq.POLLIN)
+        self._start_ranks(range(self.world_size), shard=[], step=-1)
+
+    def _start_ranks(self, ranks: Sequence[int], shard: list, step: int) -> None:
+        """Spawn workers for `ranks`, handshake, configure (shard snapshot), wait until ready."""
+        started = spawn_workers(self._argv, self.world_size, self._secret, ranks, self._log_dir)
+        for w in started:
+            self.workers[w.rank] = w
+            self.pids_started.append(w.pid)
+            if w.sentinel is not None:
+                self._poller.register(w.sentinel, zmq.POLLIN)
+        deadline = time.monotonic() + self.start_timeout
+        configured: set[int] = set()
+        ready: set[int] = set()
+        while len(ready) < len(ranks):
+            dead, messages = self._wait(deadline)
+            for frames in messages:
+                self._handshake_message(frames, set(ranks), configured, ready, shard, step)
+            for rank in dead:
+                if rank in ranks:
+                    raise self._lost(rank, -1 if step < 0 else step, "died", "during start-up")
+            if time.monotonic() >= deadline and len(ready) < len(ranks):
+                missing = min(set(ranks) - ready)
+                raise self._lost(missing, max(step, 0), "timeout",
+                                 f"did not finish the handshake within {self.start_timeout:g} s")
+
+    def _argv(self, rank: int) -> list[str]:
+        import os
+        return [sys.executable, "-m", "inferris_dist.worker", "--rank", str(rank),
+                "--world-size", str(self.world_size), "--connect", self.address,
+                "--parent-pid", str(os.getpid())]
+
+    def _handshake_message(self, frames, ranks, configured, ready, shard, step) -> None:
+        ident = frames[0]
+        try:
+            if len(frames) != 3:
+                raise wire.WireError(f"{len(frames) - 1} frames")
+            header = wire.decode_header(frames[1])
+            body = wire.decode_body(header.type, frames[2])
+        except wire.WireError as e:
+            return self._refuse(ident, f"malformed message during the handshake: {e}")
+        if header.type is MsgType.HELLO:
+            rank = header.rank
+            if header.world_size != self.world_size:
+                return self._refuse(ident, f"claims world size {header.world_size}, the run has {self.world_size}")
+            if not 0 <= rank < self.world_size:
+                return self._refuse(ident, f"claims rank {rank}, outside 0..{self.world_size - 1}")
+            if rank not in ranks or rank in configured:
+                return self._refuse(ident, f"claims rank {rank}, which is already taken")
+            if not wire.check_proof(self._secret, header, body):
+                return self._refuse(ident, f"claims rank {rank} without proof of the run secret")
+            if body.pid != self.workers[rank].pid:
+                return self._refuse(ident, f"claims rank {rank} from pid {body.pid}, not the worker we started")
+            old = self.identity.get(rank)
+            if old is not None:
+                self.rank_of.pop(old, None)
+            self.identity[rank] = ident
+            self.rank_of[ident] = rank
+            configured.add(rank)
+            self._log("in", rank, header.type, header.step, len(frames[2]), body)
+            config = wire.Config(self.num_pages, self.page_size, self.accept_scripts, shard,
+                                 [f.text for f in self.faults
+                                  if f.applies_to(rank) and (f.repeat or f.step > step)])
+            self._send(rank, MsgType.CONFIG, max(step, 0), wire.encode_body(MsgType.CONFIG, config), config)
+        elif header.type is MsgType.READY and self.rank_of.get(ident) in configured:
+            ready.add(self.rank_of[ident])
+            self._log("in", self.rank_of[ident], header.type, header.step, len(frames[2]), ())
+        else:
+            self._note(self.rank_of.get(ident), f"dropped {header.type.name} during the handshake")
+
+    def _refuse(self, ident: bytes, reason: str) -> None:
+        self._note(None, f"refused a peer: {reason}")
+        try:
+            self._sock.send_multipart([ident, wire.encode_header(MsgType.REFUSED, self.epoch, 0, -1, self.world_size),
+                                       wire.encode_body(MsgType.REFUSED, (reason,))], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+
+    def close(self) -> None:
+        """Stop every worker (politely, then by signal) and release the socket. Idempotent."""
+        workers = list(self.workers.values())
+        self.workers = {}
+        if workers:
+            stop_workers(workers, polite=lambda: self._stop_message(workers),
+                         grace=1.0, term_wait=1.0)
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+        if not self._ctx.closed:
+            self._ctx.term()
+        shutil.rmtree(self._log_dir, ignore_errors=True)
+
+    def _stop_message(self, workers: list[WorkerProcess]) -> None:
+        for w in workers:
+            if w.alive() and w.rank in self.identity:
+                self._send(w.rank, MsgType.STOP, 0, wire.encode_body(MsgType.STOP, ()), (), quiet=True)
+
+    # -- the seam ----------------------------------------------------------------------
+
+    def execute(self, plan: ExecutionPlan) -> ExecutionResult:
+        body = wire.encode_body(MsgType.PLAN, plan)
+        record = self.last_record = StepRecord(plan.step, self.epoch, len(body))
+        sent_at = {}
+        for rank in range(self.world_size):
+            sent_at[rank] = time.monotonic()
+            self._send(rank, MsgType.PLAN, plan.step, body, plan)
+        got = self._gather(MsgType.RESULT, plan.step, sent_at, record)
+        bodies = [got[r][1] for r in range(self.world_size)]
+        if all(b == bodies[0] for b in bodies):
+            outcomes = [self._decode(0 if self.world_size == 1 else None, MsgType.RESULT, bodies[0], plan.step)] * self.world_size
+        else:
+            outcomes = [self._decode(r, MsgType.RESULT, bodies[r], plan.step) for r in range(self.world_size)]
+        results = [RankExecutionResult(got[r][0].rank, got[r][0].world_size, got[r][0].step, outcomes[r])
+                   for r in range(self.world_size)]
+        try:
+            joined = join(results, self.world_size, plan.step)
+        except Exception as e:
+            record.verdict = getattr(e, "kind", type(e).__name__)
+            raise
+        record.verdict = "joined"
+        return joined
+
+    def audit(self, held: SlotStore, step: int) -> None:
+        """Every rank's shard must hold every slot the control plane's pool holds."""
+        sent_at = {}
+        for rank in range(self.world_size):
+            sent_at[rank] = time.monotonic()
+            self._send(rank, MsgType.AUDIT, step, wire.encode_body(MsgType.AUDIT, ()), ())
+        got = self._gather(MsgType.SHARD, step, sent_at, None)
+        for rank in range(self.world_size):
+            snapshot = self._decode(rank, MsgType.SHARD, got[rank][1], step)
+            miss = first_mismatch(held, dict(snapshot))
+            if miss is not None:
+                page, offset, want, have = miss
+                raise ShardDivergence(
+                    f"rank {rank}'s shard diverges at page {page} offset {offset}: the pool holds "
+                    f"{_slot(want)}, the shard holds {_slot(have)}", step)
+
+    # -- gathering ---------------------------------------------------------------------
+
+    def _gather(self, expect: MsgType, step: int, sent_at: dict[int, float],
+                record: StepRecord | None) -> dict[int, tuple[wire.Header, bytes]]:
+        deadline = min(sent_at.values()) + self.step_timeout
+        got: dict[int, tuple[wire.Header, bytes]] = {}
+        while len(got) < self.world_size:
+            dead, messages = self._wait(deadline)
+            for frames in messages:
+                self._take(frames, expect, step, got, sent_at, record)
+            for rank in dead:
+                if rank not in got:
+                    raise self._lost(rank, step, "died", f"before answering step {step}")
+            if len(got) < self.world_size and time.monotonic() >= deadline:
+                rank = min(set(range(self.world_size)) - set(got))
+                raise self._lost(rank, step, "timeout",
+                                 f"gave no answer to step {step} within {self.step_timeout:g} s")
+        return got
+
+    def _take(self, frames, expect, step, got, sent_at, record) -> None:
+        rank = self.rank_of.get(frames[0])
+        if rank is None:
+            self._note(None, "dropped a message from an unknown peer")
+            return
+        try:
+            if len(frames) != 3:
+                raise wire.WireError(f"a message of {len(frames) - 1} frames")
+            header = wire.decode_header(frames[1])
+        except wire.WireError as e:
+            raise self._lost(rank, step, "protocol", f"sent {e}") from None
+        if header.type is not expect or header.epoch != self.epoch or header.step != step:
+            self.totals[rank].dropped += 1
+            self._note(rank, f"dropped stale {header.type.name} (epoch {header.epoch}, step {header.step}) from rank {rank}")
+            return
+        if rank in got:
+            self.totals[rank].dropped += 1
+            self._note(rank, f"dropped duplicate {header.type.name} from rank {rank}")
+            return
+        got[rank] = (header, frames[2])
+        rtt = time.monotonic() - sent_at[rank]
+        totals = self.totals[rank]
+        totals.bytes_received += len(frames[2]) + len(frames[1])
+        if record is not None:
+            record.rtt[rank] = rtt
+            record.result_bytes[rank] = len(frames[2])
+            totals.rtts.append(rtt)
+            totals.steps += 1
+        if self.log:
+            try:
+                body = wire.decode_body(header.type, frames[2])
+            except wire.WireError as e:
+                body = f"<undecodable: {e}>"
+            self._log("in", rank, header.type, step, len(frames[2]), body)
+
+    def _decode(self, rank: int | None, kind: MsgType, body: bytes, step: int):
+        try:
+            return wire.decode_body(kind, body)
+        except wire.WireError as e:
+            who = 0 if rank is None else rank
+            what = "every rank sent" if rank is None else "sent"
+            raise self._lost(who, step, "protocol", f"{what} a malformed {kind.name}: {e}") from None
+
+    def _wait(self, deadline: float) -> tuple[list[int], list[list[bytes]]]:
+        """Wait for messages or a worker's death until the deadline; both, as they come."""
+        timeout = max(0.0, deadline - time.monotonic())
+        if any(w.sentinel is None for w in self.workers.values()):
+            timeout = min(timeout, 0.05)   # no pidfd: look at the processes often
+        events = dict(self._poller.poll(int(timeout * 1000) + 1))
+        messages = []
+        if self._sock in events:
+            while True:
+                try:
+                    messages.append(self._sock.recv_multipart(zmq.NOBLOCK))
+                except zmq.Again:
+                    break
+        dead = [r for r, w in self.workers.items()
+                if (w.sentinel in events if w.sentinel is not None else not w.alive())]
+        return dead, messages
+
+    # -- sending, failing, noting ------------------------------------------------------
+
+    def _send(self, rank: int, kind: MsgType, step: int, body: bytes, decoded, *, quiet=False) -> None:
+        header = wire.encode_header(kind, self.epoch, step, rank, self.world_size)
+        try:
+            self._sock.send_multipart([self.identity[rank], header, body])
+        except (zmq.ZMQError, KeyError):
+            if quiet:
+                return
+            raise self._lost(rank, step, "unreachable", "cannot be reached") from None
+        self.totals[rank].bytes_sent += len(header) + len(body)
+        self._log("out", rank, kind, step, len(body), decoded)
+
+    def _lost(self, rank: int, step: int, reason: str, what: str) -> RankLost:
+        w = self.workers.get(rank)
+        detail = ""
+        if w is not None and reason in ("died", "unreachable"):
+            w.proc.poll()
+            detail = f" ({w.exit_description()}"
+            words = w.last_words()
+            detail += f"; its last words: {words})" if words else ")"
+        message = f"rank {rank} {what}{detail} [epoch {self.epoch}]"
+        if self.last_record is not None and self.last_record.step == step:
+            self.last_record.verdict = f"rank {rank} lost ({reason})"
+        if self.log:
+            self.log.event("rank-lost", rank=rank, step=step, epoch=self.epoch, reason=reason, message=message)
+        return RankLost(message, step=step, rank=rank, epoch=self.epoch, reason=reason)
+
+    def _note(self, rank: int | None, text: str) -> None:
+        if self.last_record is not None:
+            self.last_record.notes.append(text)
+        if self.log:
+            self.log.event("note", rank=rank, epoch=self.epoch, text=text)
+
+    def _log(self, direction: str, rank: int, kind: MsgType, step: int, num_bytes: int, body) -> None:
+        if self.log:
+            self.log.message(direction, rank, self.epoch, step, kind.name, num_bytes, body)
+
+
+def _slot(slot) -> str:
+    return "nothing" if slot is None else f"({slot[0]}, {slot[1]})"

@@ -1,0 +1,66 @@
+"""Library entry: the engine with its executor on real processes.
+
+    import inferris_dist
+    with inferris_dist.launch("workload.json", world_size=4) as engine:
+        for trace in engine.run():
+            print(trace.to_json())
+
+`engine` is an ordinary `engine.Engine` whose executor is a `ProcessGroup`;
+its `run()` also audits every rank's shard at the end (and every
+`audit_every` steps).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence, TextIO
+
+from engine import Engine, StepTrace, Workload, load_workload
+
+from .faults import parse_faults
+from .group import ProcessGroup
+from .observe import WireLog
+
+
+class DistributedEngine(Engine):
+    def __init__(self, workload: Workload, group: ProcessGroup, audit_every: int = 0):
+        super().__init__(workload, executor=group)
+        self.group = group
+        self.audit_every = audit_every
+
+    def run(self) -> Iterator[StepTrace]:
+        while not self.done:
+            trace = self.step()
+            yield trace
+            if self.audit_every and (trace.step + 1) % self.audit_every == 0 and not self.done:
+                self.audit(trace.step)
+        self.audit(self.step_id - 1)
+
+    def audit(self, step: int) -> None:
+        self.group.audit(self.pool.slots, step)
+
+
+@contextmanager
+def launch(workload: Workload | dict | str | Path, world_size: int | None = None, *,
+           step_timeout: float = 10.0, faults: Sequence[str] = (), audit_every: int = 0,
+           wire_log: str | Path | TextIO | None = None) -> Iterator[DistributedEngine]:
+    """Start `world_size` rank workers, yield the engine driving them; stop them all on exit."""
+    if not isinstance(workload, Workload):
+        workload = load_workload(workload)
+    workload = workload.with_config(world_size=world_size)
+    n = workload.config.world_size
+    fault_list = parse_faults([*workload.faults, *faults], n)
+    log, own_stream = None, None
+    if wire_log is not None:
+        if isinstance(wire_log, (str, Path)):
+            own_stream = open(wire_log, "w")
+            log = WireLog(own_stream)
+        else:
+            log = WireLog(wire_log)
+    try:
+        with ProcessGroup(workload, n, step_timeout=step_timeout, faults=fault_list,
+                          wire_log=log) as group:
+            yield DistributedEngine(workload, group, audit_every)
+    finally:
+        if own_stream is not None:
+            own_stream.close()

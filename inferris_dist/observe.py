@@ -1,0 +1,58 @@
+"""What crossed the boundary: per-step records, per-rank totals, and the wire log."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from .wire import to_jsonable
+
+
+@dataclass
+class StepRecord:
+    """One attempt at one step: what went out, what came back, and the verdict."""
+    step: int
+    epoch: int
+    plan_bytes: int
+    rtt: dict[int, float] = field(default_factory=dict)          # rank -> seconds
+    result_bytes: dict[int, int] = field(default_factory=dict)   # rank -> bytes
+    verdict: str = ""                                            # "joined", or what went wrong
+    notes: list[str] = field(default_factory=list)               # dropped messages, refusals
+
+
+@dataclass
+class RankTotals:
+    steps: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    rtts: list[float] = field(default_factory=list)
+    dropped: int = 0
+
+    def percentile(self, q: float) -> float | None:
+        if not self.rtts:
+            return None
+        ordered = sorted(self.rtts)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class WireLog:
+    """One JSON line per message that crossed, and per event (drop, loss, restart)."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def message(self, direction: str, rank: int | None, epoch: int, step: int, kind: str,
+                num_bytes: int, body: Any) -> None:
+        self._write({"t": round(time.monotonic(), 6), "dir": direction, "rank": rank,
+                     "epoch": epoch, "step": step, "type": kind, "bytes": num_bytes,
+                     "body": to_jsonable(body)})
+
+    def event(self, event: str, **fields: Any) -> None:
+        self._write({"t": round(time.monotonic(), 6), "event": event, **fields})
+
+    def _write(self, obj: dict) -> None:
+        self.stream.write(json.dumps(obj) + "\n")
+
+    def close(self) -> None:
+        self.stream.close()

@@ -1,0 +1,9 @@
+"""launcher: start, watch and stop rank worker processes. Imports nothing of ours.
+
+    workers = spawn_workers(argv_for_rank, world_size, secret)
+    ...                       # poll each worker's `sentinel` fd to see it die
+    stop_workers(workers, polite=send_stop)
+"""
+from .process import WorkerProcess, spawn_workers, stop_workers
+
+__all__ = ["WorkerProcess", "spawn_workers", "stop_workers"]
