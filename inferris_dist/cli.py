@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 
 from engine import Engine, EngineError, WorkloadError
 
-from . import render
+from . import cmd_launch, render
 from .mechanisms import MECHANISMS
 from .workloads import REQUEST_FORMAT, workload_from_flags
 
@@ -63,6 +64,16 @@ def build_parser() -> Parser:
     demo = sub.add_parser("demo", help="run the built-in three-request demo in one process")
     demo.add_argument("--json", action="store_true", help="SPEC §4 JSON lines")
     sub.add_parser("mechs", help="list the mechanisms and where they live")
+    la = sub.add_parser("launch", help="run a workload with its ranks on real worker processes")
+    add_workload_flags(la)
+    la.add_argument("--json", action="store_true", help="SPEC §4 JSON lines (same bytes as run --json)")
+    la.add_argument("--wire-log", metavar="FILE", help="write every message that crossed as JSON lines")
+    cmd_launch.add_launch_flags(la)
+    co = sub.add_parser("compare", help="run in process and on worker processes; diff the traces")
+    add_workload_flags(co)
+    co.add_argument("--step-timeout", type=float, default=10.0, metavar="SECONDS")
+    wo = sub.add_parser("worker", help="a rank worker (started by launch; reads its secret on stdin)")
+    wo.add_argument("worker_args", nargs="*", help="--rank R --world-size N --connect ADDR --parent-pid PID")
     return p
 
 
@@ -118,10 +129,39 @@ def cmd_mechs(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"run": cmd_run, "demo": cmd_demo, "mechs": cmd_mechs}
+def cmd_launch_(args) -> int:
+    workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
+    if args.step_timeout <= 0:
+        raise UsageError("inferris-dist launch: --step-timeout must be > 0")
+    if args.audit_every < 0:
+        raise UsageError("inferris-dist launch: --audit-every must be >= 0")
+    return cmd_launch.run_launch(workload, name, args.json, args.step_timeout, args.wire_log,
+                                 args.fault, args.audit_every)
+
+
+def cmd_compare(args) -> int:
+    workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
+    return cmd_launch.run_compare(workload, name, args.step_timeout)
+
+
+COMMANDS = {"run": cmd_run, "demo": cmd_demo, "mechs": cmd_mechs, "launch": cmd_launch_,
+            "compare": cmd_compare}
+
+
+class Terminated(BaseException):
+    """SIGTERM: unwind like Ctrl-C so every worker is stopped on the way out."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["worker"]:
+        from .worker import main as worker_main
+        return worker_main(argv[1:])
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         args = build_parser().parse_args(argv)
         status = COMMANDS[args.command](args)
@@ -132,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("inferris-dist: interrupted\n")
         status = EXIT_INTERRUPTED
+    except Terminated:
+        sys.stderr.write("inferris-dist: terminated\n")
+        status = 143
     except BrokenPipeError:
         # The reader went away (| head): stop quietly, without a second error at exit.
         import os

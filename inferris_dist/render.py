@@ -135,3 +135,48 @@ def write_error(err, out: TextIO, style: Style) -> None:
 
 def use_color(stream=None) -> Style:
     return Style.for_stream(stream or sys.stdout)
+
+
+# -- what crossed the boundary (launch) ------------------------------------------------
+
+def human_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} kB"
+    return f"{n / (1024 * 1024):.1f} MB"
+
+
+def ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.2f}"
+
+
+def boundary_line(record, world_size: int, style: Style) -> str:
+    """The wire under a step: plan out, round trips, results back, and the join's verdict."""
+    rtts = "/".join(ms(record.rtt.get(r)) for r in range(world_size))
+    sizes = set(record.result_bytes.values())
+    result = (f"{human_bytes(sizes.pop())} each" if len(sizes) == 1
+              else " ".join(human_bytes(record.result_bytes.get(r, 0)) for r in range(world_size)))
+    verdict = record.verdict or "-"
+    verdict = style.green(verdict) if verdict == "joined" else style.red(verdict)
+    epoch = f"epoch {record.epoch}, " if record.epoch else ""
+    return style.dim(f"{'':>{STEP_WIDTH}}  wire {epoch}plan {human_bytes(record.plan_bytes)} x{world_size}, "
+                     f"rtt {rtts} ms, result {result}, ") + verdict
+
+
+def note_lines(record, style: Style) -> list[str]:
+    return [f"{'':>{STEP_WIDTH}}  " + style.yellow(f"! {note}") for note in record.notes]
+
+
+def rank_table(totals: dict, pids: dict[int, int], style: Style) -> str:
+    cols = ("rank", "pid", "steps", "sent", "received", "rtt p50 ms", "rtt p99 ms", "dropped")
+    rows = [(str(r), str(pids.get(r, "-")), str(t.steps), human_bytes(t.bytes_sent),
+             human_bytes(t.bytes_received), ms(t.percentile(0.5)), ms(t.percentile(0.99)),
+             str(t.dropped)) for r, t in sorted(totals.items())]
+    widths = [max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(cols)]
+
+    def fmt(row) -> str:
+        return "  ".join(v.rjust(w) if i >= 2 else v.ljust(w)
+                         for i, (v, w) in enumerate(zip(row, widths))).rstrip()
+
+    return "\n".join([style.dim(fmt(cols))] + [fmt(row) for row in rows])

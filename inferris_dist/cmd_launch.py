@@ -1,0 +1,142 @@
+"""`inferris-dist launch` and `inferris-dist compare`: the engine on real processes."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from engine import EngineError, run_workload
+
+from . import render
+from .launch import launch
+
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+def add_launch_flags(p) -> None:
+    p.add_argument("--step-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="a rank that has not answered by then is lost (default 10)")
+    p.add_argument("--fault", action="append", default=[], metavar="RANK:KIND@STEP[+][:ARG]",
+                   help="inject a fault (repeatable), e.g. 1:crash@3, all:delay@2+:0.5")
+    p.add_argument("--audit-every", type=int, default=0, metavar="K",
+                   help="audit every rank's shard every K steps (always at the end)")
+
+
+def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log: str | None,
+               faults: list[str], audit_every: int) -> int:
+    out = sys.stdout
+    style = render.use_color(out)
+    printer = render.StepPrinter(out, style)
+    num_steps = 0
+    started = time.monotonic()
+    engine = group = None
+    pids: dict[int, int] = {}
+    status = EXIT_OK
+    try:
+        with launch(workload, step_timeout=step_timeout, faults=faults, audit_every=audit_every,
+                    wire_log=wire_log) as engine:
+            group = engine.group
+            pids = {r: w.pid for r, w in group.workers.items()}
+            if not as_json:
+                out.write(render.header(workload, name) + "\n")
+                out.write(style.dim(f"{'':>{render.STEP_WIDTH}}  {group.world_size} rank workers up in "
+                                    f"{time.monotonic() - started:.2f} s at {group.address}, pids "
+                                    f"{' '.join(map(str, pids.values()))}") + "\n")
+            for trace in engine.run():
+                num_steps += 1
+                if as_json:
+                    out.write(json.dumps(trace._asdict()) + "\n")
+                    continue
+                record = group.last_record
+                if trace.is_empty and not record.notes:
+                    printer.step(trace)
+                    continue
+                printer.step(trace)
+                out.write(render.boundary_line(record, group.world_size, style) + "\n")
+                for line in render.note_lines(record, style):
+                    out.write(line + "\n")
+            if not as_json:
+                printer.flush()
+                out.write(style.dim(f"{'':>{render.STEP_WIDTH}}  audit: all {group.world_size} shards "
+                                    f"hold every slot the pool holds") + "\n")
+    except EngineError as err:
+        status = EXIT_FAILED
+        if as_json:
+            out.write(json.dumps(err.to_json()) + "\n")
+        else:
+            printer.flush()
+            if group is not None and group.last_record is not None and group.last_record.step == err.step:
+                out.write(render.boundary_line(group.last_record, group.world_size, style) + "\n")
+                for line in render.note_lines(group.last_record, style):
+                    out.write(line + "\n")
+    if as_json:
+        if status == EXIT_OK:
+            out.write(json.dumps({"summary": engine.summary()}) + "\n")
+        return status
+    if engine is not None:
+        out.write(render.request_table(engine.summary(), style) + "\n")
+        out.write(render.closing_line(num_steps, engine.summary()) + "\n")
+    if group is not None:
+        out.write(render.rank_table(group.totals, pids, style) + "\n")
+        left = [p for p in group.pids_started if _alive(p)]
+        out.write(f"workers: {len(group.pids_started)} started, "
+                  f"{'none left running' if not left else 'STILL RUNNING: ' + ' '.join(map(str, left))}\n")
+    if status != EXIT_OK:
+        out.flush()
+        render.write_error(err, sys.stderr, render.use_color(sys.stderr))
+    return status
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def distributed_lines(workload, step_timeout: float, faults=()) -> list[dict]:
+    lines: list[dict] = []
+    engine = None
+    try:
+        with launch(workload, step_timeout=step_timeout, faults=faults) as engine:
+            for trace in engine.run():
+                lines.append(trace.to_json())
+    except EngineError as e:
+        lines.append(e.to_json())
+        return lines
+    lines.append({"summary": engine.summary()})
+    return lines
+
+
+def run_compare(workload, name: str, step_timeout: float) -> int:
+    local = run_workload(workload)
+    remote = distributed_lines(workload, step_timeout)
+    n = workload.config.world_size
+    diff = first_difference(local, remote)
+    num_steps = sum(1 for line in local if "step" in line and "error" not in line)
+    if diff is None:
+        sys.stdout.write(f"{name}: identical ({num_steps} steps) in process and on {n} "
+                         f"worker process{'es' * (n != 1)}\n")
+        return EXIT_OK
+    sys.stdout.write(f"{name}: traces differ: {diff}\n")
+    return EXIT_FAILED
+
+
+def first_difference(a: list[dict], b: list[dict]) -> str | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if "error" in x or "error" in y:
+            x = {k: x.get(k) for k in ("error", "step")} if "error" in x else x
+            y = {k: y.get(k) for k in ("error", "step")} if "error" in y else y
+        if x != y:
+            where = f"step {x['step']}" if "step" in x else f"line {i + 1}"
+            for key in dict.fromkeys([*x, *y]):
+                if x.get(key) != y.get(key):
+                    return (f"{where}, field {key!r}: in process {json.dumps(x.get(key))}, "
+                            f"on processes {json.dumps(y.get(key))}")
+    if len(a) != len(b):
+        return f"in process {len(a)} lines, on processes {len(b)} lines"
+    return None

@@ -1,0 +1,203 @@
+"""The executor boundary: validate (phase 9) refuses any result that does not fit the plan,
+and a refused result commits nothing."""
+
+import pytest
+
+from engine import (BoundaryViolation, Engine, ExecutionPlan, ExecutionResult, ItemOutcome,
+                    LocalGroup, PlanItem, load_workload, run_workload)
+from engine.boundary import build_plan, validate
+
+PLAN = ExecutionPlan(3, (
+    PlanItem("a", 4, 3, 2, True, 0, ((4, 1, 0, 3),)),        # decode: accepted may be 0..2
+    PlanItem("b", 0, 2, 0, False, 0, ((0, 2, 0, 2),)),
+))
+GOOD = (ItemOutcome("a", 4, 3, 1, ((4, 1, 0, 3),)),
+        ItemOutcome("b", 0, 2, 0, ((0, 2, 0, 2),)))
+
+
+def result(*outcomes):
+    return ExecutionResult(3, tuple(outcomes))
+
+
+def with_field(i, **changes):
+    outs = list(GOOD)
+    outs[i] = outs[i]._replace(**changes)
+    return result(*outs)
+
+
+def test_a_fitting_result_passes():
+    validate(PLAN, result(*GOOD))
+    for accepted in (0, 2):                                   # both ends of the decode range
+        validate(PLAN, with_field(0, accepted=accepted))
+
+
+@pytest.mark.parametrize("bad", [
+    pytest.param(with_field(1, request_id="c"), id="wrong-id"),
+    pytest.param(result(GOOD[1], GOOD[0]), id="order"),
+    pytest.param(result(GOOD[0]), id="missing-outcome"),
+    pytest.param(result(*GOOD, GOOD[1]), id="extra-outcome"),
+    pytest.param(result(), id="no-outcomes"),
+    pytest.param(with_field(0, start_position=5), id="start"),
+    pytest.param(with_field(1, start_position=1), id="start-non-decode"),
+    pytest.param(with_field(0, executed_tokens=2), id="executed-fewer"),
+    pytest.param(with_field(1, executed_tokens=3), id="executed-more"),
+    pytest.param(with_field(0, writes=((4, 1, 0, 2),)), id="writes-short"),
+    pytest.param(with_field(0, writes=((4, 3, 0, 3),)), id="writes-other-page"),
+    pytest.param(with_field(1, writes=((0, 2, 1, 2),)), id="writes-other-offset"),
+    pytest.param(with_field(1, writes=()), id="writes-none"),
+    pytest.param(with_field(0, accepted=3), id="decode-accepted-above-drafted"),
+    pytest.param(with_field(0, accepted=-1), id="decode-accepted-negative"),
+    pytest.param(with_field(1, accepted=1), id="non-decode-accepted"),
+    pytest.param(with_field(1, accepted=-1), id="non-decode-accepted-negative"),
+])
+def test_every_mismatch_is_a_boundary_violation(bad):
+    with pytest.raises(BoundaryViolation):
+        validate(PLAN, bad)
+
+
+def test_decode_item_of_one_token_accepts_nothing():
+    plan = ExecutionPlan(0, (PlanItem("a", 5, 1, 0, True, 2, ((5, 1, 1, 1),)),))
+    validate(plan, ExecutionResult(0, (ItemOutcome("a", 5, 1, 0, ((5, 1, 1, 1),)),)))
+    with pytest.raises(BoundaryViolation):
+        validate(plan, ExecutionResult(0, (ItemOutcome("a", 5, 1, 1, ((5, 1, 1, 1),)),)))
+
+
+def test_build_plan_fields():
+    eng = Engine({"engine": {"page_size": 2, "num_pages": 8, "max_step_tokens": 8},
+                  "requests": [{"request_id": "x", "prompt_len": 3, "max_new_tokens": 2}]})
+    eng.step()
+    x = eng.by_id["x"]
+    plan = build_plan(7, [(x, 1, True)], 2)
+    assert plan == ExecutionPlan(7, (PlanItem("x", 3, 1, 0, True, 0, ((3, 1, 1, 1),)),))
+
+
+# -- an Engine whose executor tampers with the result -------------------------------------------
+
+WORKLOAD = {
+    "engine": {"max_step_tokens": 16, "page_size": 4, "num_pages": 8, "spec_len": 3, "world_size": 2},
+    "requests": [{"request_id": "r", "prompt_len": 4, "max_new_tokens": 6, "accept_script": [1]},
+                 {"request_id": "s", "prompt_len": 6, "max_new_tokens": 3, "arrival_step": 1}],
+}
+
+
+def snapshot(eng):
+    return {
+        "requests": [(r.request_id, r.state, r.computed, r.generated, list(r.page_table),
+                      r.draft_len, r.num_verdicts, r.finish_reason) for r in eng.requests],
+        "owner": list(eng.pool.owner),
+        "refs": list(eng.pool.refs),
+        "free": eng.pool.free_pages(),
+        "slots": eng.pool.slots.snapshot(),
+        "cache": [(n.key, n.page) for n in eng.cache.tree_order()],
+        "step_id": eng.step_id,
+    }
+
+
+def tamper_accepted(res):
+    outs = list(res.outcomes)
+    outs[0] = outs[0]._replace(accepted=outs[0].executed_tokens)      # one past drafted
+    return res._replace(outcomes=tuple(outs))
+
+
+def tamper_executed(res):
+    outs = list(res.outcomes)
+    outs[1] = outs[1]._replace(executed_tokens=outs[1].executed_tokens - 1)
+    return res._replace(outcomes=tuple(outs))
+
+
+def tamper_writes(res):
+    outs = list(res.outcomes)
+    pos, page, off, length = outs[1].writes[0]
+    outs[1] = outs[1]._replace(writes=((pos, page + 1, off, length),) + outs[1].writes[1:])
+    return res._replace(outcomes=tuple(outs))
+
+
+def tamper_drop(res):
+    return res._replace(outcomes=res.outcomes[:1])
+
+
+def tamper_order(res):
+    return res._replace(outcomes=res.outcomes[::-1])
+
+
+def tamper_non_decode_accepted(res):
+    outs = list(res.outcomes)
+    outs[1] = outs[1]._replace(accepted=1)
+    return res._replace(outcomes=tuple(outs))
+
+
+def tamper_start(res):
+    outs = list(res.outcomes)
+    outs[0] = outs[0]._replace(start_position=outs[0].start_position + 1)
+    return res._replace(outcomes=tuple(outs))
+
+
+class Tampering:
+    """LocalGroup, but the result of one step is altered; records the state at execute time."""
+
+    def __init__(self, workload, at_step, tamper):
+        self.inner = LocalGroup(load_workload(workload))
+        self.at_step, self.tamper = at_step, tamper
+        self.engine = None
+        self.before = None
+
+    def execute(self, plan):
+        res = self.inner.execute(plan)
+        if plan.step != self.at_step:
+            return res
+        if self.engine is not None:
+            self.before = snapshot(self.engine)
+        return self.tamper(res)
+
+
+TAMPERINGS = [tamper_accepted, tamper_executed, tamper_writes, tamper_drop, tamper_order,
+              tamper_non_decode_accepted, tamper_start]
+
+
+@pytest.mark.parametrize("tamper", TAMPERINGS, ids=lambda f: f.__name__)
+def test_tampered_result_commits_nothing(tamper):
+    ex = Tampering(WORKLOAD, 1, tamper)
+    eng = Engine(WORKLOAD, ex)
+    ex.engine = eng
+    eng.step()
+    with pytest.raises(BoundaryViolation) as info:
+        eng.step()
+    assert info.value.step == 1
+    assert info.value.to_json()["error"] == "BoundaryViolation"
+    assert ex.before is not None
+    # Step 1 was planned (r decodes 4 tokens at 4, s prefills 6): its pages are placed ...
+    assert ex.before["requests"][0][2:5] == (4, 1, [0, 1])
+    assert ex.before["requests"][1][2:5] == (0, 0, [2, 3])
+    # ... and nothing of the result landed.
+    assert snapshot(eng) == ex.before
+
+
+def test_prepare_then_tampered_commit_leaves_the_prepared_state():
+    eng = Engine(WORKLOAD)
+    eng.step()
+    prepared = eng.prepare()
+    before = snapshot(eng)
+    good = eng.executor.execute(prepared.plan)
+    for tamper in TAMPERINGS:
+        with pytest.raises(BoundaryViolation):
+            eng.commit(prepared, tamper(good))
+        assert snapshot(eng) == before
+    # The honest result still commits afterwards.
+    t = eng.commit(prepared, good)
+    assert t.executed == {"r": 4, "s": 6}
+    assert (t.drafted, t.accepted, t.rolled_back) == ({"r": 3}, {"r": 1}, {"r": 2})
+
+
+def test_run_workload_reports_the_violation():
+    lines = run_workload(load_workload(WORKLOAD), Tampering(WORKLOAD, 1, tamper_writes))
+    assert len(lines) == 2
+    assert lines[-1]["error"] == "BoundaryViolation" and lines[-1]["step"] == 1
+    assert isinstance(lines[-1]["message"], str) and lines[-1]["message"]
+
+
+def test_a_result_for_the_wrong_step_is_refused():
+    eng = Engine(WORKLOAD)
+    prepared = eng.prepare()
+    good = eng.executor.execute(prepared.plan)
+    with pytest.raises(BoundaryViolation):
+        eng.commit(prepared, good._replace(step=5))
