@@ -13,7 +13,7 @@ from .errors import (BoundaryViolation, EngineError, GroupViolation, Irreducible
                      RankLost, WorkloadError)
 from .group import LocalGroup, accept_scripts, join
 from .messages import (ExecutionPlan, ExecutionResult, ItemOutcome, PlanItem, RankExecutionResult,
-                       expand_placements, placement_runs)
+                       expand_placements, page_spans, placement_pages)
 from .pool import CACHE, PagePool, pages_needed
 from .rank import RankExecutor, verdict
 from .request import FinishReason, Request, SampleResult, State
@@ -27,7 +27,7 @@ __all__ = [
     "LocalGroup", "OutOfPages", "PagePool", "PlanItem", "PreparedStep", "RankExecutionResult",
     "RankExecutor", "RankLost", "Request", "RequestSpec", "SampleResult", "State", "StepTrace",
     "Workload", "WorkloadError", "accept_scripts", "expand_placements", "join", "load_workload",
-    "pages_needed", "parse_workload", "placement_runs", "run_workload", "verdict",
+    "page_spans", "pages_needed", "parse_workload", "placement_pages", "run_workload", "verdict",
 ]
 
 

@@ -4,13 +4,13 @@ validate the joined result against it (phase 9) before anything commits.
 from __future__ import annotations
 
 from .errors import BoundaryViolation
-from .messages import ExecutionPlan, ExecutionResult, PlanItem, placement_runs
+from .messages import ExecutionPlan, ExecutionResult, PlanItem, placement_pages
 
 
 def build_plan(step: int, work: list, page_size: int) -> ExecutionPlan:
     items = tuple(
         PlanItem(req.request_id, req.computed, n, req.draft_len, decode, req.num_verdicts,
-                 placement_runs(req.computed, n, req.page_table, page_size))
+                 placement_pages(req.computed, n, req.page_table, page_size))
         for req, n, decode in work)
     return ExecutionPlan(step, items)
 
@@ -33,8 +33,13 @@ def validate(plan: ExecutionPlan, result: ExecutionResult) -> None:
             raise BoundaryViolation(f"{rid}: executed {out.executed_tokens} tokens, "
                                     f"planned {item.num_tokens}")
         if out.writes != item.placements:
-            raise BoundaryViolation(f"{rid}: writes {list(out.writes)[:4]} differ from "
-                                    f"placements {list(item.placements)[:4]}")
+            raise BoundaryViolation(f"{rid}: wrote pages {_pages(out.writes)}, "
+                                    f"placed on pages {_pages(item.placements)}")
         high = item.num_tokens - 1 if item.decode else 0
         if not 0 <= out.accepted <= high:
             raise BoundaryViolation(f"{rid}: accepted {out.accepted}, allowed 0..{high}")
+
+
+def _pages(pages) -> str:
+    shown = ",".join(map(str, pages[:8]))
+    return f"[{shown}{',...' if len(pages) > 8 else ''}]"

@@ -3,17 +3,16 @@
 Plain immutable tuples (typing.NamedTuple): cheap to build on the hot path,
 compared field by field in C, and encoded as msgpack arrays as they are.
 
-Placements are runs: `(position, page_id, offset, length)` stands for the
-SPEC's `(position + i, page_id, offset + i)` for i < length, consecutive
-positions on one page. A step's placements grow with pages touched, not
-tokens; `expand_placements` gives the SPEC's per-position triples.
+An item's positions [start, start + n) are consecutive, so its SPEC
+placements `(position, page_id, offset)` are fixed by the pages that hold
+them: `placements` (and an outcome's `writes`) is the tuple of page ids for
+logical pages start // page_size, start // page_size + 1, ... in order. A
+step's placements grow with pages touched, not tokens; `expand_placements`
+gives the SPEC's per-position triples.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
-
-Run = tuple[int, int, int, int]          # (position, page_id, offset, length)
-
 
 class PlanItem(NamedTuple):
     request_id: str
@@ -22,7 +21,7 @@ class PlanItem(NamedTuple):
     draft_len: int
     decode: bool
     verdict_index: int
-    placements: tuple[Run, ...]
+    placements: tuple[int, ...]   # page ids holding [start_position, start_position + num_tokens)
 
 
 class ExecutionPlan(NamedTuple):
@@ -35,7 +34,7 @@ class ItemOutcome(NamedTuple):
     start_position: int
     executed_tokens: int
     accepted: int
-    writes: tuple[Run, ...]
+    writes: tuple[int, ...]       # page ids written, in the same form as placements
 
 
 class RankExecutionResult(NamedTuple):
@@ -51,17 +50,26 @@ class ExecutionResult(NamedTuple):
     outcomes: tuple[ItemOutcome, ...]
 
 
-def placement_runs(start: int, num_tokens: int, page_table: list[int], page_size: int) -> tuple[Run, ...]:
-    """Positions [start, start + num_tokens) as runs on the pages of `page_table`."""
-    runs = []
-    position, end = start, start + num_tokens
-    while position < end:
-        logical, offset = divmod(position, page_size)
+def placement_pages(start: int, num_tokens: int, page_table: list[int], page_size: int) -> tuple[int, ...]:
+    """The pages of `page_table` that hold positions [start, start + num_tokens)."""
+    return tuple(page_table[start // page_size:(start + num_tokens - 1) // page_size + 1])
+
+
+def page_spans(start: int, num_tokens: int, pages: tuple[int, ...], page_size: int):
+    """(page, first position, offset, length) for each page of a placement."""
+    end = start + num_tokens
+    position = start
+    for page in pages:
+        offset = position % page_size
         length = min(page_size - offset, end - position)
-        runs.append((position, page_table[logical], offset, length))
+        if length <= 0:
+            return
+        yield page, position, offset, length
         position += length
-    return tuple(runs)
 
 
-def expand_placements(runs: tuple[Run, ...]) -> list[tuple[int, int, int]]:
-    return [(pos + i, page, off + i) for pos, page, off, length in runs for i in range(length)]
+def expand_placements(start: int, num_tokens: int, pages: tuple[int, ...], page_size: int) -> list[tuple[int, int, int]]:
+    """The SPEC's placements: (position, page_id, offset) for every position."""
+    return [(position + i, page, offset + i)
+            for page, position, offset, length in page_spans(start, num_tokens, pages, page_size)
+            for i in range(length)]

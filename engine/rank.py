@@ -27,7 +27,7 @@ class RankExecutor:
         self.accept_scripts = accept_scripts
 
     def execute(self, plan: ExecutionPlan) -> RankExecutionResult:
-        write = self.shard.write_run
+        write = self.shard.write_span
         scripts = self.accept_scripts
         outcomes = []
         for item in plan.items:
@@ -36,8 +36,7 @@ class RankExecutor:
                 accepted = verdict(scripts.get(rid), item.verdict_index, item.num_tokens - 1)
             else:
                 accepted = 0
-            for position, page, offset, length in item.placements:
-                write(page, rid, position, offset, length)
+            write(item.placements, rid, item.start_position, item.num_tokens)
             outcomes.append(ItemOutcome(rid, item.start_position, item.num_tokens, accepted,
                                         item.placements))
         return RankExecutionResult(self.rank, self.world_size, plan.step, tuple(outcomes))

@@ -48,6 +48,18 @@ class SlotStore:
             if layer[0] == request_id and layer[1] == position - offset:
                 layer[2] &= ~bits
 
+    def write_span(self, pages: tuple[int, ...], request_id: str, start: int, num_tokens: int) -> None:
+        """Write positions [start, start + num_tokens) of a request into consecutive pages."""
+        page_size = self.page_size
+        position, end = start, start + num_tokens
+        for page in pages:
+            offset = position % page_size
+            length = min(page_size - offset, end - position)
+            if length <= 0:
+                return
+            self.write_run(page, request_id, position, offset, length)
+            position += length
+
     def clear(self, page: int) -> None:
         self._pages[page] = None
 

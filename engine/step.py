@@ -125,15 +125,14 @@ class Engine:
             e.step = prepared.step
             raise
         pool, cache, keys = self.pool, self.cache, self.keys
-        write = pool.slots.write_run
+        write = pool.slots.write_span
         executed, drafted, accepted, rolled_back = {}, {}, {}, {}
         published, sampled, finished = {}, {}, {}
         work = prepared.work
         # phase 9, apply: the writes land, the frontier moves
         for (req, n, _), outcome in zip(work, result.outcomes):
             rid = req.request_id
-            for position, page, offset, length in outcome.writes:
-                write(page, rid, position, offset, length)
+            write(outcome.writes, rid, outcome.start_position, outcome.executed_tokens)
             req.computed += outcome.executed_tokens
             executed[rid] = n
         # phase 10, resolve

@@ -106,17 +106,9 @@ def decode_body(kind: MsgType, frame: bytes) -> Any:
 
 # -- body decoders: one per type, each checks the exact shape ---------------------------
 
-def _ints(value, n: int, what: str) -> tuple:
-    if type(value) is not tuple or len(value) != n or not all(type(v) is int for v in value):
+def _pages(value, what: str) -> tuple:
+    if type(value) is not tuple or not all(type(v) is int for v in value):
         raise WireError(f"malformed {what}")
-    return value
-
-
-def _runs(value, what: str) -> tuple:
-    if type(value) is not tuple:
-        raise WireError(f"malformed {what}")
-    for run in value:
-        _ints(run, 4, what)
     return value
 
 
@@ -156,7 +148,7 @@ def _plan(body) -> ExecutionPlan:
                 or not all(type(v) is int for v in item[1:4]) or type(item[4]) is not bool
                 or type(item[5]) is not int):
             raise WireError("malformed plan item")
-        items.append(PlanItem(*item[:6], _runs(item[6], "placements")))
+        items.append(PlanItem(*item[:6], _pages(item[6], "placements")))
     return ExecutionPlan(body[0], tuple(items))
 
 
@@ -168,7 +160,7 @@ def _outcomes(body) -> tuple[ItemOutcome, ...]:
         if (type(o) is not tuple or len(o) != 5 or type(o[0]) is not str
                 or not all(type(v) is int for v in o[1:4])):
             raise WireError("malformed outcome")
-        out.append(ItemOutcome(o[0], o[1], o[2], o[3], _runs(o[4], "writes")))
+        out.append(ItemOutcome(o[0], o[1], o[2], o[3], _pages(o[4], "writes")))
     return tuple(out)
 
 

@@ -17,6 +17,7 @@ import time
 
 import zmq
 
+from engine.messages import page_spans
 from engine.rank import RankExecutor
 from engine.shard import SlotStore
 
@@ -103,6 +104,7 @@ class Worker:
         if header.type is not MsgType.CONFIG:
             fail(f"rank {self.rank}: expected CONFIG, got {header.type.name}")
         self.epoch = header.epoch
+        self.num_pages = body.num_pages
         self.executor = RankExecutor(self.rank, self.world_size, body.num_pages, body.page_size,
                                      body.accept_scripts)
         if body.shard:
@@ -142,9 +144,9 @@ class Worker:
         if "disagree" in firing and outcomes:
             outcomes = (outcomes[0]._replace(accepted=outcomes[0].accepted + 1),) + outcomes[1:]
         if "bad-writes" in firing and outcomes and outcomes[0].writes:
-            pos, page, off, length = outcomes[0].writes[0]
-            page = (page + 1) % len(self.executor.shard._pages)
-            outcomes = (outcomes[0]._replace(writes=((pos, page, off, length),) + outcomes[0].writes[1:]),) + outcomes[1:]
+            first = outcomes[0]
+            moved = ((first.writes[0] + 1) % self.num_pages,) + first.writes[1:]
+            outcomes = (first._replace(writes=moved),) + outcomes[1:]
         frames = [wire.encode_header(MsgType.RESULT, self.epoch, plan.step, self.rank, self.world_size),
                   wire.encode_body(MsgType.RESULT, outcomes)]
         if "garble" in firing:
@@ -163,9 +165,12 @@ class Worker:
 
 
 def _drop_last_write(shard: SlotStore, outcomes) -> None:
+    """Forget the last page-run the rank wrote (it still reports it)."""
     for outcome in reversed(outcomes):
-        if outcome.writes:
-            position, page, offset, length = outcome.writes[-1]
+        spans = list(page_spans(outcome.start_position, outcome.executed_tokens, outcome.writes,
+                                shard.page_size))
+        if spans:
+            page, position, offset, length = spans[-1]
             shard.erase_run(page, outcome.request_id, position, offset, length)
             return
 
