@@ -49,15 +49,27 @@ class SlotStore:
                 layer[2] &= ~bits
 
     def write_span(self, pages: tuple[int, ...], request_id: str, start: int, num_tokens: int) -> None:
-        """Write positions [start, start + num_tokens) of a request into consecutive pages."""
+        """Write positions [start, start + num_tokens) of a request into consecutive pages.
+
+        The hot path of every rank and of the pool: a page with one layer of the
+        same writer is updated in place; anything else goes through write_run.
+        """
         page_size = self.page_size
+        store = self._pages
         position, end = start, start + num_tokens
         for page in pages:
             offset = position % page_size
             length = min(page_size - offset, end - position)
             if length <= 0:
                 return
-            self.write_run(page, request_id, position, offset, length)
+            base = position - offset
+            layers = store[page]
+            if layers is None:
+                store[page] = [[request_id, base, ((1 << length) - 1) << offset]]
+            elif len(layers) == 1 and layers[0][0] == request_id and layers[0][1] == base:
+                layers[0][2] |= ((1 << length) - 1) << offset
+            else:
+                self.write_run(page, request_id, position, offset, length)
             position += length
 
     def clear(self, page: int) -> None:

@@ -106,8 +106,11 @@ def decode_body(kind: MsgType, frame: bytes) -> Any:
 
 # -- body decoders: one per type, each checks the exact shape ---------------------------
 
+_INT = frozenset((int,))
+
+
 def _pages(value, what: str) -> tuple:
-    if type(value) is not tuple or not all(type(v) is int for v in value):
+    if type(value) is not tuple or not _INT.issuperset(map(type, value)):
         raise WireError(f"malformed {what}")
     return value
 
@@ -145,10 +148,11 @@ def _plan(body) -> ExecutionPlan:
     items = []
     for item in body[1]:
         if (type(item) is not tuple or len(item) != 7 or type(item[0]) is not str
-                or not all(type(v) is int for v in item[1:4]) or type(item[4]) is not bool
+                or not _INT.issuperset(map(type, item[1:4])) or type(item[4]) is not bool
                 or type(item[5]) is not int):
             raise WireError("malformed plan item")
-        items.append(PlanItem(*item[:6], _pages(item[6], "placements")))
+        _pages(item[6], "placements")
+        items.append(PlanItem._make(item))
     return ExecutionPlan(body[0], tuple(items))
 
 
@@ -158,9 +162,10 @@ def _outcomes(body) -> tuple[ItemOutcome, ...]:
     out = []
     for o in body:
         if (type(o) is not tuple or len(o) != 5 or type(o[0]) is not str
-                or not all(type(v) is int for v in o[1:4])):
+                or not _INT.issuperset(map(type, o[1:4]))):
             raise WireError("malformed outcome")
-        out.append(ItemOutcome(o[0], o[1], o[2], o[3], _pages(o[4], "writes")))
+        _pages(o[4], "writes")
+        out.append(ItemOutcome._make(o))
     return tuple(out)
 
 

@@ -1,0 +1,124 @@
+"""What the executor boundary costs: the serving workload in process, on N
+worker processes, and the bare transport floor (ZeroMQ + msgpack broadcast and
+gather of the same plan and result sizes to N processes, no engine).
+
+    python examples/bench_boundary.py [--requests 1000] [--world-size 4]
+
+Prints engine time for each, the distributed/in-process ratio, and the
+per-step boundary overhead against the floor's per-step cost.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import msgpack
+import zmq
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from engine import Engine, LocalGroup, load_workload  # noqa: E402
+from inferris_dist import launch  # noqa: E402
+from inferris_dist.wire import MsgType, encode_body  # noqa: E402
+from launcher import spawn_workers, stop_workers  # noqa: E402
+from serving import serving_workload  # noqa: E402
+
+
+class Recorder(LocalGroup):
+    """The in-process group, keeping each step's plan and result sizes for the floor."""
+
+    def __init__(self, workload, world_size):
+        super().__init__(workload, world_size)
+        self.sizes: list[tuple[bytes, int]] = []
+
+    def execute(self, plan):
+        result = super().execute(plan)
+        self.sizes.append((encode_body(MsgType.PLAN, plan), len(encode_body(MsgType.RESULT, result.outcomes))))
+        return result
+
+
+def in_process(workload, world_size: int) -> tuple[float, int]:
+    engine = Engine(workload, LocalGroup(workload, world_size))
+    t0 = time.perf_counter()
+    steps = sum(1 for _ in engine.run())
+    return time.perf_counter() - t0, steps
+
+
+def distributed(workload, world_size: int) -> tuple[float, float, int]:
+    t0 = time.perf_counter()
+    with launch(workload, world_size=world_size) as engine:
+        t1 = time.perf_counter()
+        steps = sum(1 for _ in engine.run())
+        t2 = time.perf_counter()
+    return t2 - t1, t1 - t0, steps
+
+
+def floor(sizes: list[tuple[bytes, int]], world_size: int) -> float:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 10_000)
+    sock.bind("tcp://127.0.0.1:0")
+    address = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    argv = lambda rank: [sys.executable, str(HERE / "bare_echo.py"), address, str(os.getpid())]
+    workers = spawn_workers(argv, world_size, b"unused")
+    try:
+        peers = [sock.recv_multipart()[0] for _ in range(world_size)]
+        t0 = time.perf_counter()
+        for body, result_len in sizes:
+            header = msgpack.packb(result_len)
+            for peer in peers:
+                sock.send_multipart([peer, header, body])
+            replies = [sock.recv_multipart() for _ in range(world_size)]
+            msgpack.unpackb(replies[0][2])
+        elapsed = time.perf_counter() - t0
+        for peer in peers:
+            sock.send_multipart([peer, b"stop", b""])
+    finally:
+        stop_workers(workers, grace=1.0)
+        sock.close(0)
+        ctx.term()
+    return elapsed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="the executor boundary's cost")
+    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--world-size", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each; the best is reported")
+    a = ap.parse_args()
+    n = a.world_size
+    workload = load_workload(serving_workload(a.requests, world_size=n))
+
+    local1, steps = min(in_process(workload, 1) for _ in range(a.repeat))
+    localn, _ = min(in_process(workload, n) for _ in range(a.repeat))
+    runs = [distributed(workload, n) for _ in range(a.repeat)]
+    dist, startup = min(r[0] for r in runs), min(r[1] for r in runs)
+    recorder = Recorder(workload, 1)
+    for _ in Engine(workload, recorder).run():
+        pass
+    bare = min(floor(recorder.sizes, n) for _ in range(a.repeat))
+    plan_bytes = sum(len(b) for b, _ in recorder.sizes) / steps
+    result_bytes = sum(r for _, r in recorder.sizes) / steps
+
+    us = lambda seconds: f"{seconds / steps * 1e6:7.0f} us/step"
+    print(f"serving workload: {a.requests} requests, {steps} steps, mean plan {plan_bytes:.0f} B, "
+          f"mean result {result_bytes:.0f} B, world size {n}, best of {a.repeat}")
+    print(f"  in process, 1 rank      {local1:6.3f} s  {us(local1)}")
+    print(f"  in process, {n} ranks     {localn:6.3f} s  {us(localn)}")
+    print(f"  {n} worker processes     {dist:6.3f} s  {us(dist)}   (+{startup:.2f} s start-up)")
+    print(f"  transport floor, {n} procs {bare:6.3f} s  {us(bare)}")
+    overhead = dist - local1
+    print(f"distributed / in process (1 rank): {dist / local1:.2f}x; "
+          f"(/{n} ranks in process: {dist / localn:.2f}x)")
+    print(f"boundary overhead per step {overhead / steps * 1e6:.0f} us vs floor {bare / steps * 1e6:.0f} us: "
+          f"{overhead / bare:.2f}x the floor")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
