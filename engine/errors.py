@@ -15,13 +15,21 @@ class EngineError(Exception):
 
     kind = "EngineError"
 
-    def __init__(self, message: str, step: int | None = None):
+    def __init__(self, message: str, step: int | None = None, rank: int | None = None,
+                 epoch: int | None = None):
         super().__init__(message)
         self.message = message
         self.step = step
+        self.rank = rank        # the rank it is attributed to, when one can be named
+        self.epoch = epoch      # the executor group's epoch, on real processes
 
     def to_json(self) -> dict:
-        return {"error": self.kind, "message": self.message, "step": self.step}
+        out = {"error": self.kind, "message": self.message, "step": self.step}
+        if self.rank is not None:
+            out["rank"] = self.rank
+        if self.epoch is not None:
+            out["epoch"] = self.epoch
+        return out
 
 
 class Irreducible(EngineError):
@@ -61,12 +69,10 @@ class RankLost(EngineError):
 
     def __init__(self, message: str, step: int | None = None, rank: int | None = None,
                  epoch: int | None = None, reason: str = "lost"):
-        super().__init__(message, step)
-        self.rank = rank
-        self.epoch = epoch
-        self.reason = reason
+        super().__init__(message, step, rank, epoch)
+        self.reason = reason    # died, timeout, protocol, unreachable
 
     def to_json(self) -> dict:
         out = super().to_json()
-        out.update(rank=self.rank, epoch=self.epoch, reason=self.reason)
+        out["reason"] = self.reason
         return out

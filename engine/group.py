@@ -22,14 +22,15 @@ def join(results: Iterable[RankExecutionResult], world_size: int, step: int) -> 
     by_rank = sorted(results, key=lambda r: r.rank)
     for r in by_rank:
         if r.world_size != world_size:
-            raise GroupViolation(f"rank {r.rank} names world size {r.world_size}, want {world_size}")
+            raise GroupViolation(f"rank {r.rank} names world size {r.world_size}, want {world_size}",
+                                 rank=r.rank)
         if r.step != step:
             raise GroupViolation(f"rank {r.rank} answers step {r.step}, want {step}")
     first = by_rank[0]
     for r in by_rank[1:]:
         if r.outcomes != first.outcomes:
             raise GroupViolation(f"rank {r.rank} disagrees with rank {first.rank}: "
-                                 f"{describe_difference(first.outcomes, r.outcomes)}")
+                                 f"{describe_difference(first.outcomes, r.outcomes)}", rank=r.rank)
     return ExecutionResult(step, first.outcomes)
 
 

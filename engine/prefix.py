@@ -130,6 +130,7 @@ class RadixCache:
         pages = [n.page for n in self.tree_order()]
         for node in self.node_of_page.values():
             node.alive = False
+        self.root.alive = False
         self.root = Node(ROOT_KEY, -1, None, ())
         self.node_of_page.clear()
         self._evictable.clear()

@@ -18,7 +18,7 @@ from .messages import ExecutionPlan, ExecutionResult
 from .pool import PagePool
 from .prefix import KeyTable, RadixCache
 from .request import FinishReason, Request, SampleResult, State
-from .residency import Holders, make_resident, release_pages
+from .residency import Holders, make_resident, preempt, release_pages
 from .scheduler import Scheduler
 from .trace import StepTrace
 from .workload import Workload, load_workload
@@ -80,6 +80,14 @@ class Engine:
         step = self.step_id
         try:
             admitted = self._admit(step)
+        except EngineError as e:
+            e.step = step
+            raise
+        return self._plan(step, [r.request_id for r in admitted])
+
+    def _plan(self, step: int, admitted: list[str]) -> PreparedStep:
+        """Phases 2 to 6 (admission is done)."""
+        try:
             reused = self._reuse()
             work = self.scheduler.schedule(self.config.max_step_tokens, self.config.spec_len)
             scheduled = [req.request_id for req, _, _ in work]
@@ -98,11 +106,23 @@ class Engine:
         return PreparedStep(step, plan, work, admitted, scheduled,
                             [r.request_id for r in preempted], reused, evicted)
 
-    def _admit(self, step: int) -> list[str]:
+    def replan_without_pages(self, prepared: PreparedStep) -> PreparedStep:
+        """Every page is lost (the executor came back empty): plan the step again from nothing.
+
+        Every RUNNING request holding pages is preempted, the cache is emptied,
+        and phases 2 to 6 run again for the same step. The step's trace shows
+        these preemptions; what each request generates is unchanged.
+        """
+        lost = self.drop_all_pages()
+        again = self._plan(prepared.step, prepared.admitted)
+        return again._replace(preempted=prepared.preempted + lost + again.preempted,
+                              evicted=prepared.evicted + again.evicted)
+
+    def _admit(self, step: int) -> list[Request]:
         arrived = self.scheduler.admit(step)
         for req in arrived:
             self._unplaced[req.index] = req
-        return [r.request_id for r in arrived]
+        return arrived
 
     def _reuse(self) -> dict[str, int]:
         """Phase 2, for every RUNNING request with nothing computed and no pages."""
@@ -115,6 +135,18 @@ class Engine:
                 self._holders.add(req)
                 del self._unplaced[index]
         return reused
+
+    def drop_all_pages(self) -> list[str]:
+        """Preempt every RUNNING request that holds pages and empty the cache; the preempted ids."""
+        lost = []
+        for req in self.scheduler.running:
+            if req.page_table:
+                preempt(req, self.pool)
+                self._unplaced[req.index] = req
+                lost.append(req.request_id)
+        for page in self.cache.clear():
+            self.pool.free(page)
+        return lost
 
     # -- phases 9 to 13 --------------------------------------------------------------
 
@@ -177,3 +209,17 @@ class Engine:
 
     def summary(self) -> list[dict]:
         return [r.summary() for r in self.requests]
+
+    def snapshot(self) -> dict:
+        """The whole control-plane state as plain data: equal snapshots, equal states."""
+        pool = self.pool
+        return {
+            "step": self.step_id,
+            "requests": [(r.request_id, str(r.state), r.generated, r.computed, tuple(r.page_table),
+                          r.draft_len, r.num_verdicts) for r in self.requests],
+            "owners": [None if o is None else str(o) for o in pool.owner],
+            "refs": list(pool.refs),
+            "free": pool.free_pages(),
+            "slots": pool.slots.snapshot(),
+            "cache": [(n.key, n.page, n.path) for n in self.cache.tree_order()],
+        }

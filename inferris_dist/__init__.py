@@ -5,6 +5,7 @@
             ...
 """
 from .group import ProcessGroup
-from .launch import DistributedEngine, launch
+from .launch import launch
+from .recovery import DistributedEngine
 
 __all__ = ["DistributedEngine", "ProcessGroup", "launch"]

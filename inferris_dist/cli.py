@@ -135,8 +135,10 @@ def cmd_launch_(args) -> int:
         raise UsageError("inferris-dist launch: --step-timeout must be > 0")
     if args.audit_every < 0:
         raise UsageError("inferris-dist launch: --audit-every must be >= 0")
+    if args.max_restarts < 0:
+        raise UsageError("inferris-dist launch: --max-restarts must be >= 0")
     return cmd_launch.run_launch(workload, name, args.json, args.step_timeout, args.wire_log,
-                                 args.fault, args.audit_every)
+                                 args.fault, args.audit_every, args.on_rank_loss, args.max_restarts)
 
 
 def cmd_compare(args) -> int:

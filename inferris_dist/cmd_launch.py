@@ -10,6 +10,7 @@ from engine import EngineError, run_workload
 
 from . import render
 from .launch import launch
+from .recovery import POLICIES
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -21,10 +22,16 @@ def add_launch_flags(p) -> None:
                    help="inject a fault (repeatable), e.g. 1:crash@3, all:delay@2+:0.5")
     p.add_argument("--audit-every", type=int, default=0, metavar="K",
                    help="audit every rank's shard every K steps (always at the end)")
+    p.add_argument("--on-rank-loss", choices=POLICIES, default="abort",
+                   help="when a step fails on the ranks: stop (abort), restart the rank from the "
+                        "pool's pages (restore), or restart it empty and recompute (default abort)")
+    p.add_argument("--max-restarts", type=int, default=3, metavar="N",
+                   help="restarts allowed in one run before giving up (default 3)")
 
 
 def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log: str | None,
-               faults: list[str], audit_every: int) -> int:
+               faults: list[str], audit_every: int, on_rank_loss: str = "abort",
+               max_restarts: int = 3) -> int:
     out = sys.stdout
     style = render.use_color(out)
     printer = render.StepPrinter(out, style)
@@ -33,8 +40,10 @@ def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log
     engine = group = None
     pids: dict[int, int] = {}
     status = EXIT_OK
+    failure = None
     try:
         with launch(workload, step_timeout=step_timeout, faults=faults, audit_every=audit_every,
+                    on_rank_loss=on_rank_loss, max_restarts=max_restarts,
                     wire_log=wire_log) as engine:
             group = engine.group
             pids = {r: w.pid for r, w in group.workers.items()}
@@ -48,28 +57,26 @@ def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log
                 if as_json:
                     out.write(json.dumps(trace._asdict()) + "\n")
                     continue
-                record = group.last_record
-                if trace.is_empty and not record.notes:
-                    printer.step(trace)
-                    continue
+                attempts, recoveries = group.take_attempts(), engine.take_recoveries()
+                quiet = trace.is_empty and len(attempts) == 1 and not attempts[0].notes and not recoveries
                 printer.step(trace)
-                out.write(render.boundary_line(record, group.world_size, style) + "\n")
-                for line in render.note_lines(record, style):
-                    out.write(line + "\n")
+                if not quiet:
+                    write_boundary(out, style, group.world_size, attempts, recoveries)
             if not as_json:
                 printer.flush()
+                write_boundary(out, style, group.world_size, [], engine.take_recoveries())
                 out.write(style.dim(f"{'':>{render.STEP_WIDTH}}  audit: all {group.world_size} shards "
                                     f"hold every slot the pool holds") + "\n")
     except EngineError as err:
         status = EXIT_FAILED
+        failure = err
         if as_json:
             out.write(json.dumps(err.to_json()) + "\n")
         else:
             printer.flush()
-            if group is not None and group.last_record is not None and group.last_record.step == err.step:
-                out.write(render.boundary_line(group.last_record, group.world_size, style) + "\n")
-                for line in render.note_lines(group.last_record, style):
-                    out.write(line + "\n")
+            if group is not None:
+                write_boundary(out, style, group.world_size, group.take_attempts(),
+                               engine.take_recoveries() if engine is not None else [])
     if as_json:
         if status == EXIT_OK:
             out.write(json.dumps({"summary": engine.summary()}) + "\n")
@@ -84,8 +91,20 @@ def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log
                   f"{'none left running' if not left else 'STILL RUNNING: ' + ' '.join(map(str, left))}\n")
     if status != EXIT_OK:
         out.flush()
-        render.write_error(err, sys.stderr, render.use_color(sys.stderr))
+        render.write_error(failure, sys.stderr, render.use_color(sys.stderr))
     return status
+
+
+def write_boundary(out, style, world_size: int, attempts, recoveries) -> None:
+    """Each attempt's wire line, and after each failed one what was done about it."""
+    for i, record in enumerate(attempts):
+        out.write(render.boundary_line(record, world_size, style) + "\n")
+        for line in render.note_lines(record, style):
+            out.write(line + "\n")
+        if i < len(recoveries):
+            out.write(render.recovery_lines(recoveries[i], style) + "\n")
+    for recovery in recoveries[len(attempts):]:
+        out.write(render.recovery_lines(recovery, style) + "\n")
 
 
 def _alive(pid: int) -> bool:

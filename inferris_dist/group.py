@@ -22,7 +22,8 @@ from typing import Sequence
 
 import zmq
 
-from engine import ExecutionPlan, ExecutionResult, RankExecutionResult, RankLost, Workload, join
+from engine import (EngineError, ExecutionPlan, ExecutionResult, RankExecutionResult, RankLost,
+                    Workload, join)
 from engine.errors import ShardDivergence
 from engine.group import accept_scripts
 from engine.shard import SlotStore, first_mismatch
@@ -56,6 +57,8 @@ class ProcessGroup:
         self.rank_of: dict[bytes, int] = {}
         self.totals = {r: RankTotals() for r in range(self.world_size)}
         self.last_record: StepRecord | None = None
+        self.attempts: list[StepRecord] = []           # since take_attempts(): one per execute()
+        self._answered: dict[int, tuple[int, int]] = {}   # rank -> (epoch, step) of its last joined answer
         self.pids_started: list[int] = []
         self._secret = secrets.token_bytes(32)
         self._log_dir = Path(tempfile.mkdtemp(prefix="inferris-dist-"))
@@ -106,7 +109,7 @@ class ProcessGroup:
                 self._handshake_message(frames, set(ranks), configured, ready, shard, step)
             for rank in dead:
                 if rank in ranks:
-                    raise self._lost(rank, -1 if step < 0 else step, "died", "during start-up")
+                    raise self._lost(rank, step, "died", "died during start-up")
             if time.monotonic() >= deadline and len(ready) < len(ranks):
                 missing = min(set(ranks) - ready)
                 raise self._lost(missing, max(step, 0), "timeout",
@@ -188,6 +191,7 @@ class ProcessGroup:
     def execute(self, plan: ExecutionPlan) -> ExecutionResult:
         body = wire.encode_body(MsgType.PLAN, plan)
         record = self.last_record = StepRecord(plan.step, self.epoch, len(body))
+        self.attempts.append(record)
         sent_at = {}
         for rank in range(self.world_size):
             sent_at[rank] = time.monotonic()
@@ -195,18 +199,49 @@ class ProcessGroup:
         got = self._gather(MsgType.RESULT, plan.step, sent_at, record)
         bodies = [got[r][1] for r in range(self.world_size)]
         if all(b == bodies[0] for b in bodies):
-            outcomes = [self._decode(0 if self.world_size == 1 else None, MsgType.RESULT, bodies[0], plan.step)] * self.world_size
+            blame = 0 if self.world_size == 1 else None      # the same bad bytes from every rank
+            outcomes = [self._decode(blame, MsgType.RESULT, bodies[0], plan.step)] * self.world_size
         else:
             outcomes = [self._decode(r, MsgType.RESULT, bodies[r], plan.step) for r in range(self.world_size)]
         results = [RankExecutionResult(got[r][0].rank, got[r][0].world_size, got[r][0].step, outcomes[r])
                    for r in range(self.world_size)]
         try:
             joined = join(results, self.world_size, plan.step)
-        except Exception as e:
-            record.verdict = getattr(e, "kind", type(e).__name__)
+        except EngineError as e:
+            e.epoch = self.epoch
+            record.verdict = e.kind
+            if self.log:
+                self.log.event("step-failed", kind=e.kind, rank=e.rank, step=plan.step,
+                               epoch=self.epoch, message=e.message)
             raise
         record.verdict = "joined"
+        for rank in range(self.world_size):
+            self._answered[rank] = (self.epoch, plan.step)
         return joined
+
+    def take_attempts(self) -> list[StepRecord]:
+        attempts, self.attempts = self.attempts, []
+        return attempts
+
+    def restart(self, ranks: Sequence[int], shard: list, step: int) -> list[int]:
+        """Replace the workers of `ranks` with fresh ones in a new epoch; returns their pids.
+
+        The old workers are killed, not asked: they are lost or not trusted.
+        Each new worker starts from `shard` (a snapshot of the control plane's
+        pool, or [] for an empty shard) and gets the faults not yet spent.
+        """
+        self.epoch += 1
+        old = [self.workers.pop(r) for r in ranks if r in self.workers]
+        for w in old:
+            if w.sentinel is not None:
+                self._poller.unregister(w.sentinel)
+            self.rank_of.pop(self.identity.pop(w.rank, b""), None)
+        stop_workers(old, grace=0.0, term_wait=0.5)
+        if self.log:
+            self.log.event("restart", ranks=list(ranks), epoch=self.epoch, step=step,
+                           shard_pages=len(shard))
+        self._start_ranks(ranks, shard, step)
+        return [self.workers[r].pid for r in ranks]
 
     def audit(self, held: SlotStore, step: int) -> None:
         """Every rank's shard must hold every slot the control plane's pool holds."""
@@ -220,9 +255,14 @@ class ProcessGroup:
             miss = first_mismatch(held, dict(snapshot))
             if miss is not None:
                 page, offset, want, have = miss
-                raise ShardDivergence(
+                err = ShardDivergence(
                     f"rank {rank}'s shard diverges at page {page} offset {offset}: the pool holds "
-                    f"{_slot(want)}, the shard holds {_slot(have)}", step)
+                    f"{_slot(want)}, the shard holds {_slot(have)}",
+                    step, rank=rank, epoch=self.epoch)
+                if self.log:
+                    self.log.event("audit-failed", rank=rank, step=step, epoch=self.epoch,
+                                   page=page, offset=offset, message=err.message)
+                raise err
 
     # -- gathering ---------------------------------------------------------------------
 
@@ -236,7 +276,7 @@ class ProcessGroup:
                 self._take(frames, expect, step, got, sent_at, record)
             for rank in dead:
                 if rank not in got:
-                    raise self._lost(rank, step, "died", f"before answering step {step}")
+                    raise self._lost(rank, step, "died", f"died before answering step {step}")
             if len(got) < self.world_size and time.monotonic() >= deadline:
                 rank = min(set(range(self.world_size)) - set(got))
                 raise self._lost(rank, step, "timeout",
@@ -250,17 +290,20 @@ class ProcessGroup:
             return
         try:
             if len(frames) != 3:
-                raise wire.WireError(f"a message of {len(frames) - 1} frames")
+                raise wire.WireError(f"a message of {len(frames) - 1} frame(s), not 2")
             header = wire.decode_header(frames[1])
         except wire.WireError as e:
-            raise self._lost(rank, step, "protocol", f"sent {e}") from None
-        if header.type is not expect or header.epoch != self.epoch or header.step != step:
+            raise self._lost(rank, step, "protocol", f"broke the protocol: {e}") from None
+        current = header.type is expect and header.epoch == self.epoch and header.step == step
+        if rank in got or (not current and self._answered.get(rank) == (header.epoch, header.step)):
             self.totals[rank].dropped += 1
-            self._note(rank, f"dropped stale {header.type.name} (epoch {header.epoch}, step {header.step}) from rank {rank}")
+            self._note(rank, f"dropped a duplicate {header.type.name} from rank {rank} "
+                             f"(epoch {header.epoch}, step {header.step})")
             return
-        if rank in got:
+        if not current:
             self.totals[rank].dropped += 1
-            self._note(rank, f"dropped duplicate {header.type.name} from rank {rank}")
+            self._note(rank, f"dropped a stale {header.type.name} from rank {rank} "
+                             f"(epoch {header.epoch}, step {header.step})")
             return
         got[rank] = (header, frames[2])
         rtt = time.monotonic() - sent_at[rank]
@@ -282,9 +325,7 @@ class ProcessGroup:
         try:
             return wire.decode_body(kind, body)
         except wire.WireError as e:
-            who = 0 if rank is None else rank
-            what = "every rank sent" if rank is None else "sent"
-            raise self._lost(who, step, "protocol", f"{what} a malformed {kind.name}: {e}") from None
+            raise self._lost(rank, step, "protocol", f"sent a malformed {kind.name}: {e}") from None
 
     def _wait(self, deadline: float) -> tuple[list[int], list[list[bytes]]]:
         """Wait for messages or a worker's death until the deadline; both, as they come."""
@@ -316,7 +357,8 @@ class ProcessGroup:
         self.totals[rank].bytes_sent += len(header) + len(body)
         self._log("out", rank, kind, step, len(body), decoded)
 
-    def _lost(self, rank: int, step: int, reason: str, what: str) -> RankLost:
+    def _lost(self, rank: int | None, step: int, reason: str, what: str) -> RankLost:
+        """A RankLost attributed to `rank` (None: every rank alike), logged."""
         w = self.workers.get(rank)
         detail = ""
         if w is not None and reason in ("died", "unreachable"):
@@ -324,12 +366,14 @@ class ProcessGroup:
             detail = f" ({w.exit_description()}"
             words = w.last_words()
             detail += f"; its last words: {words})" if words else ")"
-        message = f"rank {rank} {what}{detail} [epoch {self.epoch}]"
+        who = "every rank" if rank is None else f"rank {rank}"
+        message = f"{who} {what}{detail}"
         if self.last_record is not None and self.last_record.step == step:
-            self.last_record.verdict = f"rank {rank} lost ({reason})"
+            self.last_record.verdict = f"{who} lost ({reason})"
         if self.log:
             self.log.event("rank-lost", rank=rank, step=step, epoch=self.epoch, reason=reason, message=message)
-        return RankLost(message, step=step, rank=rank, epoch=self.epoch, reason=reason)
+        return RankLost(message, step=None if step < 0 else step, rank=rank, epoch=self.epoch,
+                        reason=reason)
 
     def _note(self, rank: int | None, text: str) -> None:
         if self.last_record is not None:

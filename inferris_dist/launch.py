@@ -5,9 +5,9 @@
         for trace in engine.run():
             print(trace.to_json())
 
-`engine` is an ordinary `engine.Engine` whose executor is a `ProcessGroup`;
-its `run()` also audits every rank's shard at the end (and every
-`audit_every` steps).
+`engine` is an `engine.Engine` whose executor is a `ProcessGroup`; its
+`run()` also audits every rank's shard at the end (and every `audit_every`
+steps), and a failed step follows `on_rank_loss` (abort, restore, recompute).
 """
 from __future__ import annotations
 
@@ -15,34 +15,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence, TextIO
 
-from engine import Engine, StepTrace, Workload, load_workload
+from engine import Workload, load_workload
 
 from .faults import parse_faults
 from .group import ProcessGroup
 from .observe import WireLog
-
-
-class DistributedEngine(Engine):
-    def __init__(self, workload: Workload, group: ProcessGroup, audit_every: int = 0):
-        super().__init__(workload, executor=group)
-        self.group = group
-        self.audit_every = audit_every
-
-    def run(self) -> Iterator[StepTrace]:
-        while not self.done:
-            trace = self.step()
-            yield trace
-            if self.audit_every and (trace.step + 1) % self.audit_every == 0 and not self.done:
-                self.audit(trace.step)
-        self.audit(self.step_id - 1)
-
-    def audit(self, step: int) -> None:
-        self.group.audit(self.pool.slots, step)
+from .recovery import DistributedEngine
 
 
 @contextmanager
 def launch(workload: Workload | dict | str | Path, world_size: int | None = None, *,
            step_timeout: float = 10.0, faults: Sequence[str] = (), audit_every: int = 0,
+           on_rank_loss: str = "abort", max_restarts: int = 3,
            wire_log: str | Path | TextIO | None = None) -> Iterator[DistributedEngine]:
     """Start `world_size` rank workers, yield the engine driving them; stop them all on exit."""
     if not isinstance(workload, Workload):
@@ -60,7 +44,7 @@ def launch(workload: Workload | dict | str | Path, world_size: int | None = None
     try:
         with ProcessGroup(workload, n, step_timeout=step_timeout, faults=fault_list,
                           wire_log=log) as group:
-            yield DistributedEngine(workload, group, audit_every)
+            yield DistributedEngine(workload, group, audit_every, on_rank_loss, max_restarts)
     finally:
         if own_stream is not None:
             own_stream.close()

@@ -130,7 +130,10 @@ def closing_line(num_steps: int, summary: list[dict]) -> str:
 
 
 def write_error(err, out: TextIO, style: Style) -> None:
-    out.write(style.red(f"error: {err.kind} at step {err.step}: {err.message}") + "\n")
+    where = "during start-up" if err.step is None else f"at step {err.step}"
+    if err.epoch is not None:
+        where += f", epoch {err.epoch}"
+    out.write(style.red(f"error: {err.kind} {where}: {err.message}") + "\n")
 
 
 def use_color(stream=None) -> Style:
@@ -180,3 +183,18 @@ def rank_table(totals: dict, pids: dict[int, int], style: Style) -> str:
                          for i, (v, w) in enumerate(zip(row, widths))).rstrip()
 
     return "\n".join([style.dim(fmt(cols))] + [fmt(row) for row in rows])
+
+
+def recovery_lines(r, style: Style) -> str:
+    """A failure survived: what failed, then what the policy did."""
+    pad = f"{'':>{STEP_WIDTH}}  "
+    failed = style.red(f"! {r.kind} at step {r.step}, epoch {r.epoch}: {r.message}")
+    ranks = ", ".join(f"rank {rank} as pid {pid}" for rank, pid in zip(r.restarted, r.pids))
+    if r.policy == "restore":
+        done = (f"restore: restarted {ranks} in epoch {r.epoch + 1}, shard rebuilt from the pool "
+                f"({r.shard_pages} pages); the same plan again")
+    else:
+        lost = " ".join(r.preempted) or "nothing"
+        done = (f"recompute: restarted {ranks} empty in epoch {r.epoch + 1}; every page dropped, "
+                f"preempted {lost}; the step planned again")
+    return f"{pad}{failed}\n{pad}{style.yellow(done)}"

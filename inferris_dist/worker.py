@@ -115,8 +115,8 @@ class Worker:
     def serve(self) -> None:
         while True:
             header, body = self.recv()
+            self.epoch = header.epoch      # the scheduler's epoch moves when the group restarts
             if header.type is MsgType.PLAN:
-                self.epoch = header.epoch
                 self.answer(body)
             elif header.type is MsgType.AUDIT:
                 self.send(MsgType.SHARD, header.step,

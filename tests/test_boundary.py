@@ -1,18 +1,38 @@
 """The executor boundary: validate (phase 9) refuses any result that does not fit the plan,
 and a refused result commits nothing."""
-
 import pytest
 
+import engine
 from engine import (BoundaryViolation, Engine, ExecutionPlan, ExecutionResult, ItemOutcome,
                     LocalGroup, PlanItem, load_workload, run_workload)
 from engine.boundary import build_plan, validate
+from engine.request import Request
+from engine.workload import RequestSpec
 
+
+def placements(start, num_tokens, page_table, page_size=4):
+    """The plan's placements for positions [start, start + num_tokens), in its wire form."""
+    req = Request(0, RequestSpec("x", (0,), 1))
+    req.computed, req.page_table = start, list(page_table)
+    return build_plan(0, [(req, num_tokens, False)], page_size).items[0].placements
+
+
+def spec_placements(item, page_size):
+    """A plan item's SPEC placements (position, page_id, offset), whatever its wire form."""
+    try:
+        return engine.expand_placements(item.start_position, item.num_tokens, item.placements, page_size)
+    except TypeError:
+        return engine.expand_placements(item.placements)
+
+
+PLACE_A = placements(2, 4, [0, 1])          # positions 2..5: pages 0 and 1
+PLACE_B = placements(0, 2, [2])
 PLAN = ExecutionPlan(3, (
-    PlanItem("a", 4, 3, 2, True, 0, ((4, 1, 0, 3),)),        # decode: accepted may be 0..2
-    PlanItem("b", 0, 2, 0, False, 0, ((0, 2, 0, 2),)),
+    PlanItem("a", 2, 4, 3, True, 0, PLACE_A),          # decode: accepted may be 0..3
+    PlanItem("b", 0, 2, 0, False, 0, PLACE_B),
 ))
-GOOD = (ItemOutcome("a", 4, 3, 1, ((4, 1, 0, 3),)),
-        ItemOutcome("b", 0, 2, 0, ((0, 2, 0, 2),)))
+GOOD = (ItemOutcome("a", 2, 4, 1, PLACE_A),
+        ItemOutcome("b", 0, 2, 0, PLACE_B))
 
 
 def result(*outcomes):
@@ -27,7 +47,8 @@ def with_field(i, **changes):
 
 def test_a_fitting_result_passes():
     validate(PLAN, result(*GOOD))
-    for accepted in (0, 2):                                   # both ends of the decode range
+    assert spec_placements(PLAN.items[0], 4) == [(2, 0, 2), (3, 0, 3), (4, 1, 0), (5, 1, 1)]
+    for accepted in (0, 3):                                   # both ends of the decode range
         validate(PLAN, with_field(0, accepted=accepted))
 
 
@@ -37,15 +58,17 @@ def test_a_fitting_result_passes():
     pytest.param(result(GOOD[0]), id="missing-outcome"),
     pytest.param(result(*GOOD, GOOD[1]), id="extra-outcome"),
     pytest.param(result(), id="no-outcomes"),
-    pytest.param(with_field(0, start_position=5), id="start"),
+    pytest.param(with_field(0, start_position=3), id="start"),
     pytest.param(with_field(1, start_position=1), id="start-non-decode"),
     pytest.param(with_field(0, executed_tokens=2), id="executed-fewer"),
     pytest.param(with_field(1, executed_tokens=3), id="executed-more"),
-    pytest.param(with_field(0, writes=((4, 1, 0, 2),)), id="writes-short"),
-    pytest.param(with_field(0, writes=((4, 3, 0, 3),)), id="writes-other-page"),
-    pytest.param(with_field(1, writes=((0, 2, 1, 2),)), id="writes-other-offset"),
+    pytest.param(with_field(0, writes=placements(2, 2, [0, 1])), id="writes-short"),
+    pytest.param(with_field(0, writes=placements(2, 4, [0, 3])), id="writes-other-page"),
+    pytest.param(with_field(0, writes=placements(2, 4, [1, 0])), id="writes-pages-swapped"),
+    pytest.param(with_field(1, writes=placements(0, 2, [3])), id="writes-other-page-non-decode"),
+    pytest.param(with_field(1, writes=PLACE_A), id="writes-of-the-other-item"),
     pytest.param(with_field(1, writes=()), id="writes-none"),
-    pytest.param(with_field(0, accepted=3), id="decode-accepted-above-drafted"),
+    pytest.param(with_field(0, accepted=4), id="decode-accepted-above-drafted"),
     pytest.param(with_field(0, accepted=-1), id="decode-accepted-negative"),
     pytest.param(with_field(1, accepted=1), id="non-decode-accepted"),
     pytest.param(with_field(1, accepted=-1), id="non-decode-accepted-negative"),
@@ -56,10 +79,11 @@ def test_every_mismatch_is_a_boundary_violation(bad):
 
 
 def test_decode_item_of_one_token_accepts_nothing():
-    plan = ExecutionPlan(0, (PlanItem("a", 5, 1, 0, True, 2, ((5, 1, 1, 1),)),))
-    validate(plan, ExecutionResult(0, (ItemOutcome("a", 5, 1, 0, ((5, 1, 1, 1),)),)))
+    place = placements(5, 1, [0, 1])
+    plan = ExecutionPlan(0, (PlanItem("a", 5, 1, 0, True, 2, place),))
+    validate(plan, ExecutionResult(0, (ItemOutcome("a", 5, 1, 0, place),)))
     with pytest.raises(BoundaryViolation):
-        validate(plan, ExecutionResult(0, (ItemOutcome("a", 5, 1, 1, ((5, 1, 1, 1),)),)))
+        validate(plan, ExecutionResult(0, (ItemOutcome("a", 5, 1, 1, place),)))
 
 
 def test_build_plan_fields():
@@ -67,8 +91,12 @@ def test_build_plan_fields():
                   "requests": [{"request_id": "x", "prompt_len": 3, "max_new_tokens": 2}]})
     eng.step()
     x = eng.by_id["x"]
+    assert x.page_table == [0, 1]
     plan = build_plan(7, [(x, 1, True)], 2)
-    assert plan == ExecutionPlan(7, (PlanItem("x", 3, 1, 0, True, 0, ((3, 1, 1, 1),)),))
+    assert plan.step == 7
+    (item,) = plan.items
+    assert item[:6] == ("x", 3, 1, 0, True, 0)
+    assert spec_placements(item, 2) == [(3, 1, 1)]
 
 
 # -- an Engine whose executor tampers with the result -------------------------------------------
@@ -107,8 +135,13 @@ def tamper_executed(res):
 
 def tamper_writes(res):
     outs = list(res.outcomes)
-    pos, page, off, length = outs[1].writes[0]
-    outs[1] = outs[1]._replace(writes=((pos, page + 1, off, length),) + outs[1].writes[1:])
+    outs[1] = outs[1]._replace(writes=outs[0].writes)         # r's pages for s
+    return res._replace(outcomes=tuple(outs))
+
+
+def tamper_writes_short(res):
+    outs = list(res.outcomes)
+    outs[1] = outs[1]._replace(writes=outs[1].writes[:-1])
     return res._replace(outcomes=tuple(outs))
 
 
@@ -150,8 +183,8 @@ class Tampering:
         return self.tamper(res)
 
 
-TAMPERINGS = [tamper_accepted, tamper_executed, tamper_writes, tamper_drop, tamper_order,
-              tamper_non_decode_accepted, tamper_start]
+TAMPERINGS = [tamper_accepted, tamper_executed, tamper_writes, tamper_writes_short, tamper_drop,
+              tamper_order, tamper_non_decode_accepted, tamper_start]
 
 
 @pytest.mark.parametrize("tamper", TAMPERINGS, ids=lambda f: f.__name__)

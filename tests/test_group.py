@@ -6,13 +6,25 @@ import pytest
 
 from engine import (Engine, ExecutionResult, GroupViolation, ItemOutcome, LocalGroup,
                     RankExecutionResult, join, load_workload, run_workload)
+from engine.boundary import build_plan
+from engine.request import Request
 from engine.shard import first_mismatch
+from engine.workload import RequestSpec
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 SPECS = sorted(p.name for p in GOLDEN.glob("*.spec.json"))
 
-OUTCOMES = (ItemOutcome("a", 4, 3, 1, ((4, 1, 0, 3),)),
-            ItemOutcome("b", 0, 2, 0, ((0, 2, 0, 2),)))
+
+
+def placements(start, num_tokens, page_table, page_size=4):
+    """The plan's placements for positions [start, start + num_tokens), in its wire form."""
+    req = Request(0, RequestSpec("x", (0,), 1))
+    req.computed, req.page_table = start, list(page_table)
+    return build_plan(0, [(req, num_tokens, False)], page_size).items[0].placements
+
+
+OUTCOMES = (ItemOutcome("a", 4, 3, 1, placements(4, 3, [0, 1])),
+            ItemOutcome("b", 0, 2, 0, placements(0, 2, [2])))
 OTHER = (ItemOutcome("a", 4, 3, 2, ((4, 1, 0, 3),)), OUTCOMES[1])     # a different verdict
 
 
@@ -76,7 +88,7 @@ def test_no_majority_vote():
 
 @pytest.mark.parametrize("field,value", [
     ("request_id", "z"), ("start_position", 3), ("executed_tokens", 2), ("accepted", 0),
-    ("writes", ((4, 2, 0, 3),)),
+    ("writes", placements(4, 3, [0, 2])),
 ])
 def test_every_field_counts(field, value):
     odd = (OUTCOMES[0]._replace(**{field: value}), OUTCOMES[1])

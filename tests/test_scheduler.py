@@ -2,7 +2,8 @@
 
 Every expected value below is worked out by hand from SPEC.md.
 """
-from engine import Engine, State, expand_placements, run_workload
+import engine
+from engine import Engine, State, run_workload
 from engine.request import Request
 from engine.scheduler import Scheduler
 from engine.workload import RequestSpec
@@ -15,6 +16,14 @@ def steps_of(lines):
 
 def by_step(lines, field):
     return [line[field] for line in lines]
+
+
+def spec_placements(item, page_size):
+    """A plan item's SPEC placements (position, page_id, offset), whatever its wire form."""
+    try:
+        return engine.expand_placements(item.start_position, item.num_tokens, item.placements, page_size)
+    except TypeError:
+        return engine.expand_placements(item.placements)
 
 
 def make_request(index, rid, prompt, max_new=4, arrival=0, state=State.RUNNING):
@@ -165,11 +174,18 @@ def test_chunk_plans_start_at_the_frontier():
     prepared = eng.prepare()                   # step 1: the second chunk of long
     (item,) = prepared.plan.items
     assert (item.request_id, item.start_position, item.num_tokens, item.decode) == ("long", 4, 4, False)
-    assert expand_placements(item.placements) == [(4, 1, 0), (5, 1, 1), (6, 1, 2), (7, 1, 3)]
+    assert spec_placements(item, 4) == [(4, 1, 0), (5, 1, 1), (6, 1, 2), (7, 1, 3)]
     eng.commit(prepared, eng.executor.execute(prepared.plan))
     prepared = eng.prepare()                   # step 2: the tail of long, all of short
     long_item, short_item = prepared.plan.items
     assert (long_item.start_position, long_item.num_tokens) == (8, 2)
-    assert expand_placements(long_item.placements) == [(8, 2, 0), (9, 2, 1)]
-    assert expand_placements(short_item.placements) == [(0, 3, 0), (1, 3, 1)]
+    assert spec_placements(long_item, 4) == [(8, 2, 0), (9, 2, 1)]
+    assert spec_placements(short_item, 4) == [(0, 3, 0), (1, 3, 1)]
     assert eng.by_id["long"].page_table == [0, 1, 2]
+    eng.commit(prepared, eng.executor.execute(prepared.plan))
+    # The writes landed in the control plane's pool: slot (page, offset) holds (id, position).
+    slots = eng.pool.slots
+    assert [slots.slot(2, off) for off in range(4)] == [("long", 8), ("long", 9), None, None]
+    assert slots.slot(1, 3) == ("long", 7)
+    # short finished this step: its page went back to the pool, emptied.
+    assert slots.slots(3) == [None] * 4 and eng.pool.owner[3] is None

@@ -1,0 +1,121 @@
+"""The engine on real processes, and what it does when a step fails there.
+
+A step whose execution fails (a rank lost, a protocol error, a
+GroupViolation or BoundaryViolation) has committed nothing: the control
+plane is exactly as it was when the plan went out. The policy decides what
+follows:
+
+- abort: stop, with the failure attributed (rank, step, epoch, kind).
+- restore: replace the lost rank (every rank, when none can be blamed) with a
+  fresh worker whose shard is rebuilt from the control plane's pool, move to
+  the next epoch and send the same plan again. The trace is unchanged.
+- recompute: replace it with an empty worker, as a real GPU rank would come
+  back; the control plane treats every page as lost and plans the step again.
+  The trace shows the preemptions; every request generates the same tokens.
+
+A shard that fails the audit is treated the same way. A fault that keeps
+coming back exhausts `max_restarts` and ends as abort does.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from engine import (BoundaryViolation, Engine, EngineError, GroupViolation, RankLost, StepTrace,
+                    Workload)
+from engine.errors import ShardDivergence
+
+from .group import ProcessGroup
+
+POLICIES = ("abort", "restore", "recompute")
+RECOVERABLE = (RankLost, GroupViolation, BoundaryViolation, ShardDivergence)
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """One failure survived: what failed, and what was done about it."""
+    step: int
+    epoch: int             # the epoch that failed
+    kind: str
+    rank: int | None
+    message: str
+    policy: str
+    restarted: tuple[int, ...]
+    pids: tuple[int, ...]
+    shard_pages: int       # pages rebuilt into each new shard (0 for recompute)
+    preempted: tuple[str, ...] = ()
+
+
+class DistributedEngine(Engine):
+    def __init__(self, workload: Workload, group: ProcessGroup, audit_every: int = 0,
+                 on_rank_loss: str = "abort", max_restarts: int = 3):
+        super().__init__(workload, executor=group)
+        if on_rank_loss not in POLICIES:
+            raise ValueError(f"unknown policy {on_rank_loss!r}")
+        self.group = group
+        self.audit_every = audit_every
+        self.policy = on_rank_loss
+        self.max_restarts = max_restarts
+        self.num_restarts = 0
+        self.recoveries: list[Recovery] = []       # since take_recoveries()
+
+    def run(self) -> Iterator[StepTrace]:
+        while not self.done:
+            trace = self.step()
+            yield trace
+            if self.audit_every and (trace.step + 1) % self.audit_every == 0 and not self.done:
+                self.audit(trace.step)
+        self.audit(self.step_id - 1)
+
+    def take_recoveries(self) -> list[Recovery]:
+        recoveries, self.recoveries = self.recoveries, []
+        return recoveries
+
+    def step(self) -> StepTrace:
+        prepared = self.prepare()
+        while True:
+            try:
+                return self.commit(prepared, self.group.execute(prepared.plan))
+            except RECOVERABLE as err:
+                err.step = prepared.step
+                if err.epoch is None:
+                    err.epoch = self.group.epoch
+                prepared = self._recover(err, prepared)
+
+    def audit(self, step: int) -> None:
+        """Every rank's shard against the pool; a divergent rank is recovered like a lost one."""
+        while True:
+            try:
+                return self.group.audit(self.pool.slots, step)
+            except RECOVERABLE as err:
+                self._recover(err, None)
+
+    def _recover(self, err: EngineError, prepared):
+        if self.policy == "abort":
+            raise err
+        if self.num_restarts >= self.max_restarts:
+            err.message += f" (gave up after {self.num_restarts} restarts, --max-restarts {self.max_restarts})"
+            raise err
+        self.num_restarts += 1
+        blamed = isinstance(err, (RankLost, ShardDivergence)) and err.rank is not None
+        ranks = [err.rank] if blamed else list(range(self.group.world_size))
+        failed_epoch = self.group.epoch
+        step = prepared.step if prepared is not None else err.step
+        preempted: list[str] = []
+        if self.policy == "restore":
+            shard = self.pool.slots.snapshot()
+            pids = self.group.restart(ranks, shard, step)
+            pages = len(shard)
+        else:
+            pids = self.group.restart(ranks, [], step)
+            pages = 0
+            if prepared is not None:
+                before = set(prepared.preempted)
+                prepared = self.replan_without_pages(prepared)
+                preempted = [r for r in prepared.preempted if r not in before]
+            else:
+                preempted = self.drop_all_pages()
+        self.recoveries.append(Recovery(step, failed_epoch, err.kind, err.rank, err.message,
+                                        self.policy, tuple(ranks), tuple(pids), pages,
+                                        tuple(preempted)))
+        return prepared

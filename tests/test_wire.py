@@ -1,0 +1,1058 @@
+"""The wire (inferris_dist/wire.py) and the scheduler's front door against hostile peers.
+
+1. Every message type round-trips (headers, HELLO, CONFIG with accept scripts and a shard,
+   READY, PLAN and RESULT from real engine steps, AUDIT, SHARD with masks wider than 64
+   bits, STOP, REFUSED), and re-encoding a decoded body gives the same bytes.
+2. Every malformation is a `WireError`, never another exception.
+3. Fuzzers (hypothesis): arbitrary bytes, hostile msgpack, near-valid shapes, and byte
+   mutations of valid frames: a decode either fails with `WireError` or returns a
+   well-typed value, and quickly.
+4. Hostile peers against a live `ProcessGroup` on real sockets: during the handshake they
+   are refused with a reason that names the problem; during the run they are dropped and
+   noted; the run's trace equals the in-process one.
+5. Memory: thousands of hostile messages during a run do not grow the scheduler's RSS.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import threading
+import time
+import tracemalloc
+from contextlib import contextmanager
+from pathlib import Path
+
+import msgpack
+import pytest
+import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine import (Engine, EngineError, ExecutionPlan, ItemOutcome, PlanItem, accept_scripts,
+                    load_workload, run_workload)
+from engine.shard import SlotStore
+from inferris_dist import wire
+from inferris_dist.group import ProcessGroup
+from inferris_dist.launch import DistributedEngine, launch
+from inferris_dist.observe import WireLog
+from inferris_dist.wire import MsgType, WireError
+
+GOLDEN = Path(__file__).parent / "data" / "golden"
+ENGINE_SPECS = ["demo", "speculative", "preemption", "prefix_reuse", "cache_eviction",
+                "chunked_prefill", "world_size_8", "random_017", "irreducible"]
+
+FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                  HealthCheck.data_too_large,
+                                                  HealthCheck.filter_too_much])
+QUICK_S = 0.5            # no single decode may take longer than this
+
+# Several requests, speculation with a script, enough steps (~45) to hit between steps.
+LIVE_WORKLOAD = load_workload({
+    "engine": {"max_step_tokens": 8, "page_size": 4, "num_pages": 16, "spec_len": 2,
+               "world_size": 2},
+    "requests": [{"request_id": f"q{i}", "prompt_len": 5 + i, "max_new_tokens": 40,
+                  "arrival_step": i, **({"accept_script": [1, 0, 2]} if i == 1 else {})}
+                 for i in range(4)]})
+# Long enough (a few hundred steps) for a flood sent while it runs.
+LONG_WORKLOAD = load_workload({
+    "engine": {"max_step_tokens": 8, "page_size": 4, "num_pages": 64, "spec_len": 0,
+               "world_size": 2},
+    "requests": [{"request_id": f"m{i}", "prompt_len": 6, "max_new_tokens": 120,
+                  "arrival_step": i} for i in range(4)]})
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+def golden(name: str):
+    return load_workload(GOLDEN / f"{name}.spec.json")
+
+
+def roundtrip(kind: MsgType, body):
+    frame = wire.encode_body(kind, body)
+    decoded = wire.decode_body(kind, frame)
+    assert wire.encode_body(kind, decoded) == frame, "re-encoding changed the bytes"
+    return decoded
+
+
+def engine_frames(names=ENGINE_SPECS):
+    """(plan, outcomes, shard snapshots, config) from real engine steps of golden workloads."""
+    plans, results, shards, configs = [], [], [], []
+    for name in names:
+        workload = golden(name)
+        eng = Engine(workload)
+        try:
+            while not eng.done:
+                prepared = eng.prepare()
+                plans.append(prepared.plan)
+                result = eng.executor.execute(prepared.plan)
+                results.append(result.outcomes)
+                eng.commit(prepared, result)
+        except EngineError:
+            pass
+        snaps = eng.executor.shards()
+        shards.extend(snaps.values())
+        cfg = workload.config
+        configs.append(wire.Config(cfg.num_pages, cfg.page_size, accept_scripts(workload),
+                                   snaps[0], ["1:crash@3", "0:delay@2:0.5"]))
+    return plans, results, shards, configs
+
+
+_ENGINE_CACHE = {}
+
+
+def engine_data():
+    if not _ENGINE_CACHE:
+        _ENGINE_CACHE["data"] = engine_frames()
+    return _ENGINE_CACHE["data"]
+
+
+def wide_store() -> SlotStore:
+    """A shard with page_size 100: masks of up to 100 bits, several layers per page."""
+    store = SlotStore(6, 100)
+    store.write_span((0, 1, 2), "a", 0, 250)             # full 100-bit masks, then 50 bits
+    store.write_run(3, "b", 1000, 3, 97)                   # bits 3..99: the top bit set
+    store.write_run(1, "c", 40, 40, 30)                    # a second layer over "a" on page 1
+    store.write_run(4, "d", 99, 99, 1)                     # only bit 99
+    return store
+
+
+def check_well_typed(kind: MsgType, value) -> None:
+    """What a successful decode must look like, whatever the input was."""
+    def pages(v):
+        assert type(v) is tuple and all(type(p) is int for p in v)
+
+    def shard(v):
+        assert type(v) is list
+        for page, layers in v:
+            assert type(page) is int and type(layers) is list
+            for rid, base, mask in layers:
+                assert type(rid) is str and type(base) is int and type(mask) is int and mask >= 0
+
+    if kind is MsgType.HELLO:
+        assert type(value) is wire.Hello and type(value.pid) is int and type(value.proof) is bytes
+    elif kind is MsgType.CONFIG:
+        assert type(value) is wire.Config
+        assert type(value.num_pages) is int and value.num_pages >= 1
+        assert type(value.page_size) is int and value.page_size >= 1
+        assert type(value.accept_scripts) is dict
+        for k, v in value.accept_scripts.items():
+            assert type(k) is str
+            pages(v)
+        shard(value.shard)
+        assert type(value.faults) is list and all(type(f) is str for f in value.faults)
+    elif kind in (MsgType.READY, MsgType.AUDIT, MsgType.STOP):
+        assert value == ()
+    elif kind is MsgType.PLAN:
+        assert type(value) is ExecutionPlan and type(value.step) is int
+        assert type(value.items) is tuple
+        for item in value.items:
+            assert type(item) is PlanItem and type(item.request_id) is str
+            assert all(type(v) is int for v in item[1:4]) and type(item.decode) is bool
+            assert type(item.verdict_index) is int
+            pages(item.placements)
+    elif kind is MsgType.RESULT:
+        assert type(value) is tuple
+        for o in value:
+            assert type(o) is ItemOutcome and type(o.request_id) is str
+            assert all(type(v) is int for v in o[1:4])
+            pages(o.writes)
+    elif kind is MsgType.SHARD:
+        shard(value)
+    elif kind is MsgType.REFUSED:
+        assert type(value) is str
+    else:  # pragma: no cover
+        raise AssertionError(kind)
+
+
+def decode_or_wire_error(kind: MsgType | None, frame: bytes):
+    """Decode (a header when kind is None): a value, or None on WireError; nothing else."""
+    t = time.perf_counter()
+    try:
+        value = wire.decode_header(frame) if kind is None else wire.decode_body(kind, frame)
+    except WireError:
+        value = None
+    finally:
+        elapsed = time.perf_counter() - t
+        assert elapsed < QUICK_S, f"decoding {len(frame)} bytes took {elapsed:.2f} s"
+    if value is not None:
+        if kind is None:
+            assert type(value) is wire.Header and type(value.type) is MsgType
+            assert all(type(v) is int for v in value)
+            assert value.version == wire.PROTOCOL_VERSION
+        else:
+            check_well_typed(kind, value)
+    return value
+
+
+def decode_everything(frame: bytes) -> None:
+    decode_or_wire_error(None, frame)
+    for kind in MsgType:
+        decode_or_wire_error(kind, frame)
+
+
+# -- 1. round trips ----------------------------------------------------------------------------
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("kind", list(MsgType))
+@pytest.mark.parametrize("fields", [(0, 0, 0, 1), (3, 17, 1, 4), (0, 0, -1, 2),
+                                    (2**63 - 1, 2**64 - 1, -(2**63), 2**32)])
+def test_header_roundtrip(kind, fields):
+    frame = wire.encode_header(kind, *fields)
+    assert len(frame) <= wire.MAX_HEADER_BYTES
+    header = wire.decode_header(frame)
+    assert header == wire.Header(wire.PROTOCOL_VERSION, kind, *fields)
+    assert type(header.type) is MsgType and header.type is kind
+
+
+@pytest.mark.timeout(10)
+def test_empty_bodies_roundtrip():
+    for kind in (MsgType.READY, MsgType.AUDIT, MsgType.STOP):
+        assert roundtrip(kind, ()) == ()
+
+
+@pytest.mark.timeout(10)
+def test_hello_roundtrip():
+    proof = wire.proof_of_secret(b"s" * 32, 1, 2, 4242)
+    hello = roundtrip(MsgType.HELLO, wire.Hello(4242, proof))
+    assert hello == wire.Hello(4242, proof) and type(hello) is wire.Hello
+    header = wire.decode_header(wire.encode_header(MsgType.HELLO, 0, 0, 1, 2))
+    assert wire.check_proof(b"s" * 32, header, hello)
+    assert not wire.check_proof(b"t" * 32, header, hello)
+    assert not wire.check_proof(b"s" * 32, header._replace(rank=0), hello)
+    assert not wire.check_proof(b"s" * 32, header, hello._replace(pid=4243))
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("reason", ["claims rank 7, outside 0..1", "", "ünïcødé ✓ " * 50])
+def test_refused_roundtrip(reason):
+    assert roundtrip(MsgType.REFUSED, (reason,)) == reason
+
+
+@pytest.mark.timeout(20)
+def test_plans_and_outcomes_of_real_engine_steps_roundtrip():
+    plans, results, _, _ = engine_data()
+    assert len(plans) > 100 and any(i.decode for p in plans for i in p.items)
+    assert any(i.draft_len for p in plans for i in p.items)       # speculation crossed too
+    for plan in plans:
+        got = roundtrip(MsgType.PLAN, plan)
+        assert got == plan
+        check_well_typed(MsgType.PLAN, got)
+    for outcomes in results:
+        got = roundtrip(MsgType.RESULT, outcomes)
+        assert got == outcomes
+        check_well_typed(MsgType.RESULT, got)
+
+
+@pytest.mark.timeout(10)
+def test_wide_shard_snapshot_roundtrip():
+    store = wide_store()
+    snapshot = store.snapshot()
+    masks = [mask for _, layers in snapshot for _, _, mask in layers]
+    assert max(m.bit_length() for m in masks) == 100 and len(snapshot[1][1]) == 2
+    got = roundtrip(MsgType.SHARD, snapshot)
+    assert got == snapshot
+    check_well_typed(MsgType.SHARD, got)
+    again = SlotStore(6, 100)
+    again.load(got)
+    assert all(again.slots(p) == store.slots(p) for p in range(6))
+    huge = [(0, [("x", 7, (1 << 5000) | 1), ("y", 0, 0)])]             # a 5001-bit mask, an empty one
+    assert roundtrip(MsgType.SHARD, huge) == huge
+    assert roundtrip(MsgType.SHARD, []) == []
+
+
+@pytest.mark.timeout(20)
+def test_engine_shards_and_configs_roundtrip():
+    _, _, shards, configs = engine_data()
+    for snapshot in shards:
+        assert roundtrip(MsgType.SHARD, snapshot) == snapshot
+    assert any(c.accept_scripts for c in configs)
+    for config in configs:
+        got = roundtrip(MsgType.CONFIG, config)
+        assert got == config and type(got) is wire.Config
+        check_well_typed(MsgType.CONFIG, got)
+
+
+@pytest.mark.timeout(10)
+def test_config_with_accept_scripts_and_wide_shard_roundtrip():
+    config = wire.Config(6, 100, {"r2": (1, 2), "neg": (-3, 0, 99), "empty": ()},
+                         wide_store().snapshot(), ["1:crash@3", "0:garble@1"])
+    got = roundtrip(MsgType.CONFIG, config)
+    assert got == config
+    assert got.accept_scripts == {"r2": (1, 2), "neg": (-3, 0, 99), "empty": ()}
+    demo = golden("demo")
+    cfg = demo.config
+    assert roundtrip(MsgType.CONFIG, wire.Config(cfg.num_pages, cfg.page_size, accept_scripts(demo),
+                                                 [], [])).accept_scripts == {"r2": (1, 2)}
+
+
+@pytest.mark.timeout(10)
+def test_to_jsonable_handles_every_decoded_body():
+    plans, results, shards, configs = engine_data()
+    for value in (plans[3], results[3], shards[0], configs[0], wire.Hello(1, b"\x00\xff"), "why", ()):
+        json.dumps(wire.to_jsonable(value))
+
+
+# -- 2. malformations --------------------------------------------------------------------------
+
+def pk(obj) -> bytes:
+    return msgpack.packb(obj)
+
+
+GOOD_HEADER = (wire.PROTOCOL_VERSION, int(MsgType.PLAN), 0, 3, 1, 2)
+GOOD_ITEM = ("r0", 0, 4, 0, False, 0, (0,))
+GOOD_OUTCOME = ("r0", 0, 4, 0, (0,))
+GOOD_LAYER = ("r0", 0, b"\x0f")
+GOOD_CONFIG = (8, 4, {"r2": (1, 2)}, ((0, (GOOD_LAYER,)),), ("1:crash@3",))
+
+EXT = msgpack.ExtType(5, b"abc")
+TIMESTAMP = msgpack.Timestamp(0)
+
+
+def with_at(t: tuple, i: int, v) -> tuple:
+    return t[:i] + (v,) + t[i + 1:]
+
+
+BAD_HEADERS = {
+    "version-0": pk(with_at(GOOD_HEADER, 0, 0)),
+    "version-2": pk(with_at(GOOD_HEADER, 0, 2)),
+    "version-99": pk(with_at(GOOD_HEADER, 0, 99)),
+    "version-negative": pk(with_at(GOOD_HEADER, 0, -1)),
+    "type-0": pk(with_at(GOOD_HEADER, 1, 0)),
+    "type-10": pk(with_at(GOOD_HEADER, 1, 10)),
+    "type-99": pk(with_at(GOOD_HEADER, 1, 99)),
+    "type--1": pk(with_at(GOOD_HEADER, 1, -1)),
+    "type-huge": pk(with_at(GOOD_HEADER, 1, 2**64 - 1)),
+    "arity-0": pk(()),
+    "arity-1": pk((1,)),
+    "arity-5": pk(GOOD_HEADER[:5]),
+    "arity-7": pk(GOOD_HEADER + (0,)),
+    "map": pk({"version": 1, "type": 4}),
+    "int-keyed-map": pk({1: 1}),
+    "int": pk(1),
+    "str": pk("header"),
+    "nil": pk(None),
+    "bytes": pk(b"\x96\x01\x04\x00\x03\x01\x02"),
+    "ext": pk(EXT),
+    "timestamp": pk(TIMESTAMP),
+    "ext-field": pk(with_at(GOOD_HEADER, 2, EXT)),
+    "empty": b"",
+    "invalid-byte": b"\xc1",
+    "trailing-byte": pk(GOOD_HEADER) + b"\x00",
+    "two-headers": pk(GOOD_HEADER) * 2,
+    "oversize": pk(GOOD_HEADER) + b"\xc0" * (wire.MAX_HEADER_BYTES + 1 - len(pk(GOOD_HEADER))),
+    "nested": b"\x91" * 250 + b"\x01",
+    "array32-claims-4g": b"\xdd\xff\xff\xff\xff",
+    "array32-claims-max": b"\xdd" + wire.MAX_ARRAY_LEN.to_bytes(4, "big"),
+    "str32-claims-4g": b"\xdb\xff\xff\xff\xff",
+}
+for _i in range(6):
+    for _name, _v in [("str", "1"), ("float", 1.0), ("nil", None), ("bytes", b"\x01"),
+                      ("true", True), ("false", False), ("list", (1,)), ("map", {"a": 1})]:
+        BAD_HEADERS[f"field{_i}-{_name}"] = pk(with_at(GOOD_HEADER, _i, _v))
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("name", sorted(BAD_HEADERS))
+def test_bad_header_is_a_wire_error(name):
+    with pytest.raises(WireError):
+        wire.decode_header(BAD_HEADERS[name])
+
+
+@pytest.mark.timeout(10)
+def test_header_errors_say_what_is_wrong():
+    with pytest.raises(WireError, match="version 99"):
+        wire.decode_header(BAD_HEADERS["version-99"])
+    with pytest.raises(WireError, match="unknown message type 99"):
+        wire.decode_header(BAD_HEADERS["type-99"])
+    with pytest.raises(WireError, match="exceeds"):
+        wire.decode_header(BAD_HEADERS["oversize"])
+    assert len(BAD_HEADERS["oversize"]) == wire.MAX_HEADER_BYTES + 1
+
+
+BAD_BODIES = [
+    # HELLO
+    (MsgType.HELLO, "arity-1", (1,)),
+    (MsgType.HELLO, "arity-3", (1, b"p", 0)),
+    (MsgType.HELLO, "proof-str", (1, "proof")),
+    (MsgType.HELLO, "proof-int", (1, 5)),
+    (MsgType.HELLO, "proof-nil", (1, None)),
+    (MsgType.HELLO, "proof-list", (1, (1, 2))),
+    (MsgType.HELLO, "proof-ext", (1, EXT)),
+    (MsgType.HELLO, "pid-bool", (True, b"p")),
+    (MsgType.HELLO, "pid-float", (1.0, b"p")),
+    (MsgType.HELLO, "pid-str", ("1", b"p")),
+    (MsgType.HELLO, "map", {"pid": 1, "proof": b"p"}),
+    (MsgType.HELLO, "nil", None),
+    # CONFIG
+    (MsgType.CONFIG, "arity-4", GOOD_CONFIG[:4]),
+    (MsgType.CONFIG, "arity-6", GOOD_CONFIG + ((),)),
+    (MsgType.CONFIG, "num-pages-0", with_at(GOOD_CONFIG, 0, 0)),
+    (MsgType.CONFIG, "num-pages-negative", with_at(GOOD_CONFIG, 0, -8)),
+    (MsgType.CONFIG, "page-size-0", with_at(GOOD_CONFIG, 1, 0)),
+    (MsgType.CONFIG, "num-pages-bool", with_at(GOOD_CONFIG, 0, True)),
+    (MsgType.CONFIG, "page-size-float", with_at(GOOD_CONFIG, 1, 4.0)),
+    (MsgType.CONFIG, "scripts-int-key", with_at(GOOD_CONFIG, 2, {1: (1,)})),
+    (MsgType.CONFIG, "scripts-bytes-key", with_at(GOOD_CONFIG, 2, {b"r2": (1,)})),
+    (MsgType.CONFIG, "scripts-nil-key", with_at(GOOD_CONFIG, 2, {None: (1,)})),
+    (MsgType.CONFIG, "scripts-bool-value", with_at(GOOD_CONFIG, 2, {"r2": (True,)})),
+    (MsgType.CONFIG, "scripts-str-value", with_at(GOOD_CONFIG, 2, {"r2": "12"})),
+    (MsgType.CONFIG, "scripts-list", with_at(GOOD_CONFIG, 2, (("r2", (1,)),))),
+    (MsgType.CONFIG, "scripts-ext", with_at(GOOD_CONFIG, 2, {"r2": (EXT,)})),
+    (MsgType.CONFIG, "shard-map", with_at(GOOD_CONFIG, 3, {0: ()})),
+    (MsgType.CONFIG, "shard-int-mask", with_at(GOOD_CONFIG, 3, ((0, (("r0", 0, 15),)),))),
+    (MsgType.CONFIG, "faults-str", with_at(GOOD_CONFIG, 4, "1:crash@3")),
+    (MsgType.CONFIG, "faults-int", with_at(GOOD_CONFIG, 4, (1,))),
+    (MsgType.CONFIG, "faults-bytes", with_at(GOOD_CONFIG, 4, (b"1:crash@3",))),
+    # READY, AUDIT, STOP: exactly the empty array
+    *[(k, name, v) for k in (MsgType.READY, MsgType.AUDIT, MsgType.STOP)
+      for name, v in [("nil", None), ("one", (1,)), ("map", {}), ("int", 0), ("str", ""),
+                      ("false", False), ("ext", EXT), ("nested-empty", ((),))]],
+    # PLAN
+    (MsgType.PLAN, "arity-1", (3,)),
+    (MsgType.PLAN, "arity-3", (3, (GOOD_ITEM,), 0)),
+    (MsgType.PLAN, "step-bool", (True, (GOOD_ITEM,))),
+    (MsgType.PLAN, "step-str", ("3", (GOOD_ITEM,))),
+    (MsgType.PLAN, "items-map", (3, {"a": GOOD_ITEM})),
+    (MsgType.PLAN, "items-nil", (3, None)),
+    (MsgType.PLAN, "item-arity-6", (3, (GOOD_ITEM[:6],))),
+    (MsgType.PLAN, "item-arity-8", (3, (GOOD_ITEM + (0,),))),
+    (MsgType.PLAN, "item-rid-bytes", (3, (with_at(GOOD_ITEM, 0, b"r0"),))),
+    (MsgType.PLAN, "item-rid-int", (3, (with_at(GOOD_ITEM, 0, 0),))),
+    (MsgType.PLAN, "item-start-bool", (3, (with_at(GOOD_ITEM, 1, True),))),
+    (MsgType.PLAN, "item-tokens-float", (3, (with_at(GOOD_ITEM, 2, 4.0),))),
+    (MsgType.PLAN, "item-draft-nil", (3, (with_at(GOOD_ITEM, 3, None),))),
+    (MsgType.PLAN, "item-decode-int", (3, (with_at(GOOD_ITEM, 4, 0),))),
+    (MsgType.PLAN, "item-decode-nil", (3, (with_at(GOOD_ITEM, 4, None),))),
+    (MsgType.PLAN, "item-verdict-bool", (3, (with_at(GOOD_ITEM, 5, False),))),
+    (MsgType.PLAN, "item-placements-int", (3, (with_at(GOOD_ITEM, 6, 0),))),
+    (MsgType.PLAN, "item-placements-bool", (3, (with_at(GOOD_ITEM, 6, (True,)),))),
+    (MsgType.PLAN, "item-placements-map", (3, (with_at(GOOD_ITEM, 6, {"0": 0}),))),
+    (MsgType.PLAN, "item-placements-ext", (3, (with_at(GOOD_ITEM, 6, (EXT,)),))),
+    (MsgType.PLAN, "item-placements-timestamp", (3, (with_at(GOOD_ITEM, 6, (TIMESTAMP,)),))),
+    (MsgType.PLAN, "item-is-map", (3, ({"request_id": "r0"},))),
+    (MsgType.PLAN, "int-keyed-map", {3: (GOOD_ITEM,)}),
+    # RESULT
+    (MsgType.RESULT, "nil", None),
+    (MsgType.RESULT, "map", {"r0": GOOD_OUTCOME}),
+    (MsgType.RESULT, "outcome-arity-4", (GOOD_OUTCOME[:4],)),
+    (MsgType.RESULT, "outcome-arity-6", (GOOD_OUTCOME + (0,),)),
+    (MsgType.RESULT, "outcome-rid-int", (with_at(GOOD_OUTCOME, 0, 0),)),
+    (MsgType.RESULT, "outcome-start-bool", (with_at(GOOD_OUTCOME, 1, False),)),
+    (MsgType.RESULT, "outcome-executed-float", (with_at(GOOD_OUTCOME, 2, 4.5),)),
+    (MsgType.RESULT, "outcome-accepted-bool", (with_at(GOOD_OUTCOME, 3, True),)),
+    (MsgType.RESULT, "outcome-writes-nil", (with_at(GOOD_OUTCOME, 4, None),)),
+    (MsgType.RESULT, "outcome-writes-bool", (with_at(GOOD_OUTCOME, 4, (0, True)),)),
+    (MsgType.RESULT, "outcome-writes-ext", (with_at(GOOD_OUTCOME, 4, EXT),)),
+    (MsgType.RESULT, "outcome-nested", ((GOOD_OUTCOME,),)),
+    # SHARD
+    (MsgType.SHARD, "nil", None),
+    (MsgType.SHARD, "map", {"0": ()}),
+    (MsgType.SHARD, "int-keyed-map", {0: (GOOD_LAYER,)}),
+    (MsgType.SHARD, "entry-arity-1", ((0,),)),
+    (MsgType.SHARD, "entry-arity-3", ((0, (GOOD_LAYER,), 0),)),
+    (MsgType.SHARD, "page-bool", ((True, (GOOD_LAYER,)),)),
+    (MsgType.SHARD, "page-str", (("0", (GOOD_LAYER,)),)),
+    (MsgType.SHARD, "layers-map", ((0, {"r0": 1}),)),
+    (MsgType.SHARD, "layer-arity-2", ((0, (GOOD_LAYER[:2],)),)),
+    (MsgType.SHARD, "layer-arity-4", ((0, (GOOD_LAYER + (0,),)),)),
+    (MsgType.SHARD, "layer-rid-bytes", ((0, (with_at(GOOD_LAYER, 0, b"r0"),)),)),
+    (MsgType.SHARD, "layer-base-bool", ((0, (with_at(GOOD_LAYER, 1, True),)),)),
+    (MsgType.SHARD, "layer-mask-int", ((0, (with_at(GOOD_LAYER, 2, 15),)),)),
+    (MsgType.SHARD, "layer-mask-str", ((0, (with_at(GOOD_LAYER, 2, "\x0f"),)),)),
+    (MsgType.SHARD, "layer-mask-ext", ((0, (with_at(GOOD_LAYER, 2, EXT),)),)),
+    # REFUSED
+    (MsgType.REFUSED, "bare-str", "no"),
+    (MsgType.REFUSED, "arity-0", ()),
+    (MsgType.REFUSED, "arity-2", ("no", "no")),
+    (MsgType.REFUSED, "bytes", (b"no",)),
+    (MsgType.REFUSED, "int", (1,)),
+    (MsgType.REFUSED, "nil", (None,)),
+]
+# The whole body as an ext type, a timestamp, or with a byte that is no msgpack, for every type.
+BAD_BODIES += [(k, "ext", EXT) for k in MsgType]
+BAD_BODIES += [(k, "timestamp", TIMESTAMP) for k in MsgType]
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("kind,name,body", BAD_BODIES,
+                         ids=[f"{k.name}-{n}" for k, n, _ in BAD_BODIES])
+def test_bad_body_is_a_wire_error(kind, name, body):
+    with pytest.raises(WireError):
+        wire.decode_body(kind, msgpack.packb(body))
+
+
+RAW_BAD_BODIES = {
+    "empty": b"",
+    "invalid-byte": b"\xc1",
+    "bad-utf8-in-rid": b"\x92\x03\x91\x97\xa2\xff\xfe\x00\x04\x00\xc2\x00\x91\x00",
+    "nested-deep": b"\x91" * 100_000 + b"\xc0",
+    "array32-claims-4g": b"\xdd\xff\xff\xff\xff",
+    "map32-claims-4g": b"\xdf\xff\xff\xff\xff",
+    "str32-claims-4g": b"\xdb\xff\xff\xff\xff" + b"a" * 10,
+    "bin32-claims-4g": b"\xc6\xff\xff\xff\xff" + b"a" * 10,
+    "ext32-claims-4g": b"\xc9\xff\xff\xff\xff\x05",
+    "str-over-cap": msgpack.packb(("x" * (wire.MAX_STR_LEN + 1),)),
+    "bin-over-cap": msgpack.packb((1, b"x" * (wire.MAX_STR_LEN + 1))),
+    "array-over-cap": b"\xdd" + (wire.MAX_ARRAY_LEN + 1).to_bytes(4, "big") + b"\x00" * 64,
+    "map-over-cap": b"\xdf" + (wire.MAX_MAP_LEN + 1).to_bytes(4, "big") + b"\xa1a\x00" * 8,
+    "nested-array-claims": (b"\xdd" + wire.MAX_ARRAY_LEN.to_bytes(4, "big")) * 1000,
+    "nested-map-claims": (b"\xdf" + wire.MAX_MAP_LEN.to_bytes(4, "big") + b"\xa1k") * 1000,
+}
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("kind", list(MsgType))
+@pytest.mark.parametrize("name", sorted(RAW_BAD_BODIES))
+def test_raw_bad_body_is_a_wire_error(kind, name):
+    t = time.perf_counter()
+    with pytest.raises(WireError):
+        wire.decode_body(kind, RAW_BAD_BODIES[name])
+    assert time.perf_counter() - t < QUICK_S
+
+
+@pytest.mark.timeout(10)
+def test_bad_utf8_in_a_plan_is_the_raw_frame_we_meant():
+    good = msgpack.packb((3, (("ab", 0, 4, 0, False, 0, (0,)),)))
+    assert good.replace(b"\xa2ab", b"\xa2\xff\xfe") == RAW_BAD_BODIES["bad-utf8-in-rid"]
+    assert wire.decode_body(MsgType.PLAN, good).items[0].request_id == "ab"
+
+
+@pytest.mark.timeout(20)
+def test_oversize_body_is_refused_before_decoding():
+    frame = b"\x90" + b"\x00" * wire.MAX_FRAME_BYTES          # one byte over the cap
+    assert len(frame) == wire.MAX_FRAME_BYTES + 1
+    for kind in MsgType:
+        t = time.perf_counter()
+        with pytest.raises(WireError, match="exceeds"):
+            wire.decode_body(kind, frame)
+        assert time.perf_counter() - t < QUICK_S
+
+
+@pytest.mark.timeout(10)
+def test_hostile_length_claims_do_not_allocate():
+    """Bounded decoding bounds memory too: a few bytes claiming huge containers cost little."""
+    frames = [(None, (b"\xdd" + wire.MAX_ARRAY_LEN.to_bytes(4, "big")) * 51),   # 255 bytes
+              (MsgType.PLAN, RAW_BAD_BODIES["nested-array-claims"]),
+              (MsgType.SHARD, RAW_BAD_BODIES["nested-map-claims"]),
+              (MsgType.CONFIG, b"\x95\x01\x01" + RAW_BAD_BODIES["nested-array-claims"])]
+    tracemalloc.start()
+    try:
+        for kind, frame in frames:
+            tracemalloc.reset_peak()
+            decode_or_wire_error(kind, frame)
+            _, peak = tracemalloc.get_traced_memory()
+            assert peak < 16 << 20, f"{len(frame)} bytes made the decoder allocate {peak >> 20} MB"
+    finally:
+        tracemalloc.stop()
+
+
+def valid_frames() -> list[tuple[MsgType | None, bytes]]:
+    """A valid frame of every type (None: a header)."""
+    plans, results, shards, configs = engine_data()
+    plan = max(plans[:40], key=lambda p: len(p.items))
+    return [
+        (None, wire.encode_header(MsgType.PLAN, 1, 2**40, 1, 4)),
+        (MsgType.HELLO, wire.encode_body(MsgType.HELLO, wire.Hello(123, b"\xab" * 32))),
+        (MsgType.CONFIG, wire.encode_body(MsgType.CONFIG, configs[0])),
+        (MsgType.READY, wire.encode_body(MsgType.READY, ())),
+        (MsgType.PLAN, wire.encode_body(MsgType.PLAN, plan)),
+        (MsgType.RESULT, wire.encode_body(MsgType.RESULT, results[5])),
+        (MsgType.AUDIT, wire.encode_body(MsgType.AUDIT, ())),
+        (MsgType.SHARD, wire.encode_body(MsgType.SHARD, wide_store().snapshot())),
+        (MsgType.STOP, wire.encode_body(MsgType.STOP, ())),
+        (MsgType.REFUSED, wire.encode_body(MsgType.REFUSED, ("go away",))),
+    ]
+
+
+@pytest.mark.timeout(20)
+def test_every_prefix_of_a_valid_frame_is_a_wire_error():
+    for kind, frame in valid_frames():
+        assert decode_or_wire_error(kind, frame) is not None
+        for n in range(len(frame)):
+            with pytest.raises(WireError):
+                (wire.decode_header if kind is None else lambda f: wire.decode_body(kind, f))(frame[:n])
+        with pytest.raises(WireError):       # and one byte too many
+            (wire.decode_header if kind is None else lambda f: wire.decode_body(kind, f))(frame + b"\xc0")
+
+
+@pytest.mark.timeout(10)
+def test_a_body_of_one_type_is_refused_as_another():
+    frames = dict(valid_frames()[1:])
+    for kind, frame in frames.items():
+        for other in MsgType:
+            same_shape = {kind, other} <= {MsgType.READY, MsgType.AUDIT, MsgType.STOP}
+            if other is kind or same_shape:
+                continue
+            if {kind, other} == {MsgType.SHARD, MsgType.RESULT} and frame == msgpack.packb(()):
+                continue
+            with pytest.raises(WireError):
+                wire.decode_body(other, frame)
+
+
+# -- 3. fuzzers ----------------------------------------------------------------------------------
+
+INT64 = st.integers(min_value=-(2**63), max_value=2**64 - 1)
+EXTS = st.one_of(st.builds(msgpack.ExtType, st.integers(0, 127), st.binary(max_size=8)),
+                 st.builds(msgpack.Timestamp, st.integers(0, 2**33), st.integers(0, 999_999_999)))
+LEAVES = st.one_of(st.none(), st.booleans(), INT64, st.integers(-3, 300),
+                   st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+                   st.binary(max_size=12), EXTS)
+KEYS = st.one_of(st.text(max_size=5), st.binary(max_size=5), INT64, st.booleans(), st.none())
+HOSTILE = st.recursive(
+    LEAVES,
+    lambda children: st.one_of(st.lists(children, max_size=8),
+                               st.lists(children, max_size=8).map(tuple),
+                               st.dictionaries(KEYS, children, max_size=4)),
+    max_leaves=40)
+
+
+def mostly(good):
+    """Usually the right thing, sometimes anything."""
+    return st.one_of(good, good, good, LEAVES)
+
+
+def shaped(*fields):
+    """A fixed-arity array of these fields, sometimes one too short or one too long."""
+    exact = st.tuples(*fields)
+    return st.one_of(exact, exact, exact, exact.map(lambda t: t[:-1]),
+                     st.tuples(exact, LEAVES).map(lambda t: t[0] + (t[1],)))
+
+
+_I = mostly(st.integers(-5, 2**20))
+_S = mostly(st.text(max_size=6))
+_B = mostly(st.booleans())
+_Y = mostly(st.binary(max_size=40))
+_PAGES = mostly(st.lists(_I, max_size=5))
+_LAYER = shaped(_S, _I, _Y)
+_SHARD = mostly(st.lists(shaped(_I, mostly(st.lists(_LAYER, max_size=3))), max_size=3))
+_SCRIPTS = mostly(st.dictionaries(st.one_of(st.text(max_size=4), st.text(max_size=4),
+                                            st.binary(max_size=3), st.integers(0, 9)),
+                                  mostly(st.lists(_I, max_size=4)), max_size=3))
+SHAPES = {
+    MsgType.HELLO: shaped(_I, _Y),
+    MsgType.CONFIG: shaped(_I, _I, _SCRIPTS, _SHARD, mostly(st.lists(_S, max_size=3))),
+    MsgType.READY: st.one_of(st.just(()), LEAVES, st.lists(LEAVES, max_size=2)),
+    MsgType.PLAN: shaped(_I, mostly(st.lists(shaped(_S, _I, _I, _I, _B, _I, _PAGES), max_size=4))),
+    MsgType.RESULT: mostly(st.lists(shaped(_S, _I, _I, _I, _PAGES), max_size=4)),
+    MsgType.SHARD: _SHARD,
+    MsgType.REFUSED: shaped(_S),
+}
+SHAPES[MsgType.AUDIT] = SHAPES[MsgType.STOP] = SHAPES[MsgType.READY]
+HEADER_SHAPE = shaped(mostly(st.sampled_from([1, 1, 1, 0, 2, 99])),
+                      mostly(st.integers(-1, 11)), _I, _I, _I, _I)
+
+
+@pytest.mark.timeout(30)
+@settings(max_examples=400, **FUZZ)
+@given(st.binary(max_size=600))
+def test_fuzz_arbitrary_bytes(frame):
+    decode_everything(frame)
+
+
+@pytest.mark.timeout(30)
+@settings(max_examples=300, **FUZZ)
+@given(HOSTILE)
+def test_fuzz_hostile_msgpack(value):
+    decode_everything(msgpack.packb(value))
+
+
+@pytest.mark.timeout(30)
+@settings(max_examples=400, **FUZZ)
+@given(st.sampled_from(list(MsgType)).flatmap(lambda k: st.tuples(st.just(k), SHAPES[k])))
+def test_fuzz_near_valid_bodies(kind_and_body):
+    kind, body = kind_and_body
+    frame = msgpack.packb(body)
+    value = decode_or_wire_error(kind, frame)
+    if value is not None:
+        # Whatever is accepted can be sent again and means the same.
+        again = wire.encode_body(kind, value)
+        assert wire.decode_body(kind, again) == value
+    for other in MsgType:
+        decode_or_wire_error(other, frame)
+
+
+@pytest.mark.timeout(30)
+@settings(max_examples=300, **FUZZ)
+@given(HEADER_SHAPE)
+def test_fuzz_near_valid_headers(raw):
+    frame = msgpack.packb(raw)
+    header = decode_or_wire_error(None, frame)
+    if header is not None:
+        assert wire.decode_header(wire.encode_header(header.type, *header[2:])) == header
+
+
+MUTATIONS = st.lists(st.tuples(st.sampled_from(["flip", "set", "insert", "delete"]),
+                               st.integers(0, 1 << 20), st.integers(0, 255)),
+                     min_size=1, max_size=6)
+
+
+def mutate(frame: bytes, ops) -> bytes:
+    b = bytearray(frame)
+    for op, where, byte in ops:
+        i = where % (len(b) + 1)
+        if op == "insert":
+            b.insert(i, byte)
+        elif not b:
+            continue
+        elif op == "delete":
+            del b[i % len(b)]
+        elif op == "flip":
+            b[i % len(b)] ^= 1 << (byte % 8)
+        else:
+            b[i % len(b)] = byte
+    return bytes(b)
+
+
+def mutation_corpus() -> list[tuple[MsgType | None, bytes]]:
+    plans, results, _, _ = engine_data()
+    corpus = [(MsgType.PLAN, wire.encode_body(MsgType.PLAN, p)) for p in plans[::7]]
+    corpus += [(MsgType.RESULT, wire.encode_body(MsgType.RESULT, r)) for r in results[::7]]
+    return corpus + valid_frames()
+
+
+@pytest.mark.timeout(30)
+@settings(max_examples=500, **FUZZ)
+@given(st.data(), MUTATIONS)
+def test_fuzz_mutated_valid_frames(data, ops):
+    corpus = mutation_corpus()
+    kind, frame = corpus[data.draw(st.integers(0, len(corpus) - 1), label="frame")]
+    bad = mutate(frame, ops)
+    decode_or_wire_error(kind, bad)
+    if kind is not None:
+        decode_or_wire_error(None, bad)
+
+
+# -- 4. hostile peers against a live ProcessGroup ---------------------------------------------
+
+@pytest.fixture
+def zctx():
+    ctx = zmq.Context()
+    yield ctx
+    ctx.destroy(linger=0)
+
+
+@contextmanager
+def dealer(ctx: zmq.Context, address: str, routing_id: bytes | None = None):
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDTIMEO, 5000)
+    if routing_id is not None:
+        sock.setsockopt(zmq.ROUTING_ID, routing_id)
+    sock.connect(address)
+    try:
+        yield sock
+    finally:
+        sock.close(linger=0)
+
+
+def hello(rank: int, world_size: int, secret: bytes = b"not the run secret", pid: int | None = None,
+          proof=None) -> list[bytes]:
+    pid = os.getpid() if pid is None else pid
+    if proof is None:
+        proof = wire.proof_of_secret(secret, rank, world_size, pid)
+    return [wire.encode_header(MsgType.HELLO, 0, 0, rank, world_size), msgpack.packb((pid, proof))]
+
+
+def probes(world_size: int = 2) -> list[tuple[str, list[bytes], tuple[str, ...]]]:
+    """(name, frames, words a refusal's reason must hold) for each hostile message."""
+    rng = random.Random(20240611)
+    junk = [rng.randbytes(n) for n in (40, 7, 300)]
+    for j in junk:
+        with pytest.raises(WireError):
+            wire.decode_header(j)
+    good_header = wire.encode_header(MsgType.HELLO, 0, 0, 0, world_size)
+    return [
+        ("random-1-frame", [junk[0]], ("malformed",)),
+        ("random-2-frames", [junk[1], junk[2]], ("malformed",)),
+        ("random-3-frames", [junk[1], junk[0], junk[2]], ("malformed",)),
+        ("empty-frames", [b"", b""], ("malformed",)),
+        ("truncated-header", [good_header[:-2], msgpack.packb((1, b"p"))], ("malformed",)),
+        ("version-99", [msgpack.packb((99, int(MsgType.HELLO), 0, 0, 0, world_size)),
+                        msgpack.packb((1, b"p"))], ("version 99",)),
+        ("unknown-type", [msgpack.packb((wire.PROTOCOL_VERSION, 42, 0, 0, 0, world_size)),
+                          msgpack.packb(())], ("unknown message type 42",)),
+        ("bool-rank", [msgpack.packb((wire.PROTOCOL_VERSION, 1, 0, 0, True, world_size)),
+                       msgpack.packb((1, b"p"))], ("malformed",)),
+        ("hello-str-proof", hello(1, world_size, proof="not bytes"), ("malformed",)),
+        ("hello-ext", [good_header, msgpack.packb(EXT)], ("malformed",)),
+        ("hello-rank-0", hello(0, world_size), ("rank 0",)),
+        ("hello-rank-7", hello(7, world_size), ("rank 7", "outside")),
+        ("hello-rank-negative", hello(-1, world_size), ("rank -1", "outside")),
+        ("hello-world-5", hello(1, 5), ("world size 5",)),
+        ("hello-wrong-proof", hello(1, world_size), ("rank 1",)),
+    ]
+
+
+def oversize_frame() -> bytes:
+    return b"\x00" * (wire.MAX_FRAME_BYTES + 1)
+
+
+def wire_events(stream: io.StringIO) -> list[dict]:
+    return [e for e in map(json.loads, stream.getvalue().splitlines()) if "event" in e]
+
+
+def notes(stream: io.StringIO, containing: str) -> list[str]:
+    return [e["text"] for e in wire_events(stream)
+            if e["event"] == "note" and containing in e["text"]]
+
+
+def refusal(sock, timeout_s: float) -> str | None:
+    """The reason of the REFUSED reply the scheduler sent to this socket, if one came."""
+    if not sock.poll(int(timeout_s * 1000)):
+        return None
+    frames = sock.recv_multipart()
+    assert len(frames) == 2, frames
+    header = wire.decode_header(frames[0])
+    assert header.type is MsgType.REFUSED, header
+    reason = wire.decode_body(MsgType.REFUSED, frames[1])
+    assert isinstance(reason, str) and reason
+    return reason
+
+
+def reference(workload) -> list[dict]:
+    return run_workload(workload)
+
+
+def drive(engine, after_step=None) -> list[dict]:
+    """Run to the end, calling after_step(step) between steps; the trace as run_workload gives it."""
+    lines = []
+    for trace in engine.run():
+        lines.append(trace.to_json())
+        if after_step is not None:
+            after_step(trace.step)
+    lines.append({"summary": engine.summary()})
+    return lines
+
+
+@pytest.mark.timeout(30)
+def test_hostile_peers_during_the_handshake_are_refused_with_a_reason(zctx):
+    """Probes race a real handshake: a ProcessGroup started in a thread, probes sent as soon
+    as it is bound. Each probe comes from its own DEALER, so each refusal is attributable."""
+    workload = golden("demo").with_config(world_size=2)
+    stream = io.StringIO()
+    group = ProcessGroup(workload, 2, wire_log=WireLog(stream), start_timeout=20.0)
+    started: list = []
+    starter = threading.Thread(target=lambda: started.append(_start(group)), daemon=True)
+    sockets = []
+    try:
+        starter.start()
+        deadline = time.monotonic() + 10
+        while not group.address and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        assert group.address.startswith("tcp://127.0.0.1:")
+        all_probes = probes(2)
+        for name, frames, words in all_probes:
+            cm = dealer(zctx, group.address)
+            sock = cm.__enter__()
+            sockets.append((cm, sock))
+            sock.send_multipart(frames)
+        # an unauthenticated READY is dropped (no refusal); an oversize frame loses its connection
+        ready_cm = dealer(zctx, group.address)
+        ready_sock = ready_cm.__enter__()
+        sockets.append((ready_cm, ready_sock))
+        ready_sock.send_multipart([wire.encode_header(MsgType.READY, 0, 0, 0, 2), msgpack.packb(())])
+        big_cm = dealer(zctx, group.address)
+        big_sock = big_cm.__enter__()
+        sockets.append((big_cm, big_sock))
+        big_sock.send_multipart([wire.encode_header(MsgType.HELLO, 0, 0, 1, 2), oversize_frame()])
+        sent_in_window = starter.is_alive()
+
+        reasons = {}
+        for (name, _, words), (_, sock) in zip(all_probes, sockets):
+            reasons[name] = refusal(sock, 3.0 if sent_in_window else 0.2)
+        starter.join(25)
+        assert not starter.is_alive(), "the handshake hung"
+        assert started == [None], f"the group failed to start: {started}"
+
+        if sent_in_window:
+            missing = [n for n, r in reasons.items() if r is None]
+            # Probes that arrived after the last READY are dropped during the run instead.
+            assert len(missing) < len(reasons), "no probe was refused during the handshake"
+        for name, _, words in all_probes:
+            reason = reasons[name]
+            if reason is None:
+                continue
+            low = reason.lower()
+            assert all(w in low for w in words), (name, reason)
+            if name == "hello-rank-0":
+                assert "taken" in low or "proof" in low, reason
+            if name == "hello-wrong-proof":
+                assert "proof" in low or "taken" in low, reason
+        refused_notes = notes(stream, "refused a peer")
+        assert len(refused_notes) == sum(r is not None for r in reasons.values())
+        for r in reasons.values():
+            if r is not None:
+                assert any(r in n for n in refused_notes)
+        assert refusal(ready_sock, 0.05) is None
+        assert refusal(big_sock, 0.05) is None
+
+        # The handshake succeeded for the real workers; the run is the in-process run.
+        engine = DistributedEngine(workload, group)
+        assert drive(engine) == reference(workload)
+        unknown = len(notes(stream, "unknown peer"))
+        dropped_in_handshake = len(notes(stream, "dropped READY during the handshake"))
+        late = sum(r is None for r in reasons.values())
+        assert dropped_in_handshake + unknown >= 1 + late   # the READY and every late probe
+    finally:
+        for cm, _ in sockets:
+            cm.__exit__(None, None, None)
+        starter.join(25)
+        group.close()
+
+
+def _start(group: ProcessGroup):
+    try:
+        group.start()
+    except BaseException as e:  # reported by the test thread
+        return e
+    return None
+
+
+@pytest.mark.timeout(30)
+def test_hostile_peers_during_the_run_are_dropped_and_noted(zctx):
+    """After the handshake the scheduler listens only to its ranks: every message from another
+    peer, however well formed (HELLOs, a forged RESULT for the current step), is dropped and
+    noted, and the run's trace is unchanged."""
+    workload = LIVE_WORKLOAD
+    want = reference(workload)
+    stream = io.StringIO()
+    sent = 0
+    with launch(workload, world_size=2, wire_log=stream) as engine:
+        address = engine.group.address
+        world = engine.group.world_size
+        with dealer(zctx, address) as sock:
+
+            def send_all(step: int):
+                nonlocal sent
+                frames_list = [frames for _, frames, _ in probes(world)]
+                frames_list += [
+                    # A RESULT for the step about to run, in a real rank's name, that disagrees.
+                    [wire.encode_header(MsgType.RESULT, 0, step, 0, world),
+                     wire.encode_body(MsgType.RESULT, (ItemOutcome("q0", 0, 99, 9, (1, 2, 3)),))],
+                    [wire.encode_header(MsgType.RESULT, 0, step, 1, world),
+                     wire.encode_body(MsgType.RESULT, ())],
+                    [wire.encode_header(MsgType.SHARD, 0, step, 0, world),
+                     wire.encode_body(MsgType.SHARD, [])],
+                    [wire.encode_header(MsgType.READY, 0, 0, 1, world), msgpack.packb(())],
+                    [b"\x00" * 100_000],
+                ]
+                for frames in frames_list:
+                    sock.send_multipart(frames)
+                sent += len(frames_list)
+                time.sleep(0.02)
+
+            send_all(0)                                    # before the first step
+
+            def between(step: int):
+                if step in (3, 10, 20):
+                    send_all(step + 1)
+                if step == 25:                             # an oversize frame: connection dropped
+                    with dealer(zctx, address) as big:
+                        big.send_multipart([oversize_frame()])
+                        time.sleep(0.2)
+
+            got = drive(engine, between)
+        # no reply ever goes to a peer the group does not know
+        assert sock.closed
+    assert got == want
+    dropped = notes(stream, "unknown peer")
+    assert sent <= len(dropped) <= sent + 1, (sent, len(dropped))   # +1: the oversize, if it got in
+    assert not [e for e in wire_events(stream) if e["event"] == "rank-lost"]
+
+
+@pytest.mark.timeout(30)
+def test_a_peer_with_a_ranks_routing_id_cannot_take_its_place(zctx):
+    """ZeroMQ identities are guessable; a peer claiming rank 0's must not receive its plans
+    or answer for it (the ROUTER keeps the first connection: no handover)."""
+    workload = LIVE_WORKLOAD
+    stream = io.StringIO()
+    with launch(workload, world_size=2, wire_log=stream) as engine:
+        ident = engine.group.identity[0]
+        with dealer(zctx, engine.group.address, routing_id=ident) as spoof:
+            forged = lambda step: [wire.encode_header(MsgType.RESULT, 0, step, 0, 2),
+                                   wire.encode_body(MsgType.RESULT, (ItemOutcome("q0", 0, 1, 0, (5,)),))]
+            spoof.send_multipart(forged(0))
+            time.sleep(0.05)
+
+            def between(step: int):
+                if step < 10:
+                    spoof.send_multipart(forged(step + 1))
+
+            got = drive(engine, between)
+            assert not spoof.poll(50), "the spoofing peer received a message meant for rank 0"
+    assert got == reference(workload)
+    assert not [e for e in wire_events(stream) if e["event"] == "rank-lost"]
+
+
+# -- 5. memory -------------------------------------------------------------------------------
+
+def rss_kb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def hostile_stream(n: int, world: int, seed: int = 7):
+    """n hostile messages: junk of many sizes and frame counts, forged headers, HELLOs."""
+    rng = random.Random(seed)
+    templates = [frames for _, frames, _ in probes(world)]
+    for i in range(n):
+        pick = rng.random()
+        if pick < 0.3:
+            size = rng.choice([0, 1, 7, 64, 1000, 8192, 65536])
+            yield [rng.randbytes(size) for _ in range(rng.randint(1, 4))]
+        elif pick < 0.6:
+            yield [wire.encode_header(rng.choice(list(MsgType)), 0, rng.randint(0, 300),
+                                      rng.randint(-1, 3), world),
+                   msgpack.packb([rng.randbytes(rng.randint(0, 2000))] * rng.randint(0, 8))]
+        else:
+            yield templates[i % len(templates)]
+
+
+@pytest.mark.timeout(45)
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+def test_a_flood_of_hostile_messages_neither_stops_the_run_nor_grows_memory(zctx):
+    workload = LONG_WORKLOAD
+    want = reference(workload)
+    n_messages = 2000
+    stream = io.StringIO()
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    with launch(workload, world_size=2, wire_log=stream) as engine:
+        address = engine.group.address
+        it = engine.run()
+        got = [next(it).to_json() for _ in range(5)]           # warm up: buffers, imports
+        baseline = rss_kb()
+
+        def flood():
+            try:
+                with dealer(zctx, address) as sock:
+                    for frames in hostile_stream(n_messages, 2):
+                        sock.send_multipart(frames)
+                    time.sleep(0.05)                           # let the last ones leave
+            except BaseException as e:  # reported by the test thread
+                errors.append(e)
+            finally:
+                done.set()
+
+        sender = threading.Thread(target=flood, daemon=True)
+        sender.start()
+        steps_after_flood = 0
+        for trace in it:
+            got.append(trace.to_json())
+            if done.is_set():
+                steps_after_flood += 1
+            elif len(got) >= len(want) - 30:                   # keep steps for draining
+                assert done.wait(20), "the flood did not finish"
+        got.append({"summary": engine.summary()})
+        sender.join(5)
+        grown_mb = (rss_kb() - baseline) / 1024
+    assert not errors, errors
+    assert steps_after_flood >= 10
+    assert got == want
+    assert len(notes(stream, "unknown peer")) == n_messages
+    assert grown_mb < 50, f"RSS grew by {grown_mb:.1f} MB"
