@@ -58,6 +58,11 @@ def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log
                     out.write(json.dumps(trace._asdict()) + "\n")
                     continue
                 attempts, recoveries = group.take_attempts(), engine.take_recoveries()
+                audited = [r for r in recoveries if r.in_audit]     # the audit before this step
+                recoveries = [r for r in recoveries if not r.in_audit]
+                if audited:
+                    printer.flush()
+                    write_boundary(out, style, group.world_size, [], audited)
                 quiet = trace.is_empty and len(attempts) == 1 and not attempts[0].notes and not recoveries
                 printer.step(trace)
                 if not quiet:

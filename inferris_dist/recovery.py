@@ -44,6 +44,7 @@ class Recovery:
     pids: tuple[int, ...]
     shard_pages: int       # pages rebuilt into each new shard (0 for recompute)
     preempted: tuple[str, ...] = ()
+    in_audit: bool = False  # found by the shard audit, between steps
 
 
 class DistributedEngine(Engine):
@@ -117,5 +118,5 @@ class DistributedEngine(Engine):
                 preempted = self.drop_all_pages()
         self.recoveries.append(Recovery(step, failed_epoch, err.kind, err.rank, err.message,
                                         self.policy, tuple(ranks), tuple(pids), pages,
-                                        tuple(preempted)))
+                                        tuple(preempted), in_audit=prepared is None))
         return prepared

@@ -191,10 +191,12 @@ def recovery_lines(r, style: Style) -> str:
     failed = style.red(f"! {r.kind} at step {r.step}, epoch {r.epoch}: {r.message}")
     ranks = ", ".join(f"rank {rank} as pid {pid}" for rank, pid in zip(r.restarted, r.pids))
     if r.policy == "restore":
+        then = "audited again" if r.in_audit else "the same plan again"
         done = (f"restore: restarted {ranks} in epoch {r.epoch + 1}, shard rebuilt from the pool "
-                f"({r.shard_pages} pages); the same plan again")
+                f"({r.shard_pages} pages); {then}")
     else:
         lost = " ".join(r.preempted) or "nothing"
+        then = "audited again" if r.in_audit else "the step planned again"
         done = (f"recompute: restarted {ranks} empty in epoch {r.epoch + 1}; every page dropped, "
-                f"preempted {lost}; the step planned again")
+                f"preempted {lost}; {then}")
     return f"{pad}{failed}\n{pad}{style.yellow(done)}"

@@ -558,7 +558,7 @@ def valid_frames() -> list[tuple[MsgType | None, bytes]]:
         (MsgType.CONFIG, wire.encode_body(MsgType.CONFIG, configs[0])),
         (MsgType.READY, wire.encode_body(MsgType.READY, ())),
         (MsgType.PLAN, wire.encode_body(MsgType.PLAN, plan)),
-        (MsgType.RESULT, wire.encode_body(MsgType.RESULT, results[5])),
+        (MsgType.RESULT, wire.encode_body(MsgType.RESULT, max(results[:40], key=len))),
         (MsgType.AUDIT, wire.encode_body(MsgType.AUDIT, ())),
         (MsgType.SHARD, wire.encode_body(MsgType.SHARD, wide_store().snapshot())),
         (MsgType.STOP, wire.encode_body(MsgType.STOP, ())),
@@ -584,8 +584,6 @@ def test_a_body_of_one_type_is_refused_as_another():
         for other in MsgType:
             same_shape = {kind, other} <= {MsgType.READY, MsgType.AUDIT, MsgType.STOP}
             if other is kind or same_shape:
-                continue
-            if {kind, other} == {MsgType.SHARD, MsgType.RESULT} and frame == msgpack.packb(()):
                 continue
             with pytest.raises(WireError):
                 wire.decode_body(other, frame)
@@ -667,7 +665,7 @@ def test_fuzz_near_valid_bodies(kind_and_body):
     value = decode_or_wire_error(kind, frame)
     if value is not None:
         # Whatever is accepted can be sent again and means the same.
-        again = wire.encode_body(kind, value)
+        again = wire.encode_body(kind, (value,) if kind is MsgType.REFUSED else value)
         assert wire.decode_body(kind, again) == value
     for other in MsgType:
         decode_or_wire_error(other, frame)
@@ -954,8 +952,8 @@ def test_hostile_peers_during_the_run_are_dropped_and_noted(zctx):
                         time.sleep(0.2)
 
             got = drive(engine, between)
-        # no reply ever goes to a peer the group does not know
-        assert sock.closed
+            # after the handshake, nothing is ever sent to a peer the group does not know
+            assert not sock.poll(50)
     assert got == want
     dropped = notes(stream, "unknown peer")
     assert sent <= len(dropped) <= sent + 1, (sent, len(dropped))   # +1: the oversize, if it got in
@@ -1046,8 +1044,8 @@ def test_a_flood_of_hostile_messages_neither_stops_the_run_nor_grows_memory(zctx
             got.append(trace.to_json())
             if done.is_set():
                 steps_after_flood += 1
-            elif len(got) >= len(want) - 30:                   # keep steps for draining
-                assert done.wait(20), "the flood did not finish"
+            elif len(got) >= len(want) - 40:
+                time.sleep(0.01)      # keep steps (which drain the socket) for after the flood
         got.append({"summary": engine.summary()})
         sender.join(5)
         grown_mb = (rss_kb() - baseline) / 1024
