@@ -12,10 +12,13 @@ not decode is a protocol error attributed to the rank that sent it.
 """
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Sequence
@@ -116,7 +119,6 @@ class ProcessGroup:
                                  f"did not finish the handshake within {self.start_timeout:g} s")
 
     def _argv(self, rank: int) -> list[str]:
-        import os
         return [sys.executable, "-m", "inferris_dist.worker", "--rank", str(rank),
                 "--world-size", str(self.world_size), "--connect", self.address,
                 "--parent-pid", str(os.getpid())]
@@ -157,7 +159,10 @@ class ProcessGroup:
             ready.add(self.rank_of[ident])
             self._log("in", self.rank_of[ident], header.type, header.step, len(frames[2]), ())
         else:
-            self._note(self.rank_of.get(ident), f"dropped {header.type.name} during the handshake")
+            rank = self.rank_of.get(ident)
+            who = "an unknown peer" if rank is None else f"rank {rank}"
+            self._note(rank, f"dropped a stale {header.type.name} from {who} (epoch {header.epoch}, "
+                             f"step {header.step}) while starting ranks")
 
     def _refuse(self, ident: bytes, reason: str) -> None:
         self._note(None, f"refused a peer: {reason}")
@@ -168,18 +173,27 @@ class ProcessGroup:
             pass
 
     def close(self) -> None:
-        """Stop every worker (politely, then by signal) and release the socket. Idempotent."""
-        workers = list(self.workers.values())
-        self.workers = {}
-        if workers:
-            stop_workers(workers, polite=lambda: self._stop_message(workers),
-                         grace=1.0, term_wait=1.0)
-        if self._sock is not None:
-            self._sock.close(linger=0)
-            self._sock = None
-        if not self._ctx.closed:
-            self._ctx.term()
-        shutil.rmtree(self._log_dir, ignore_errors=True)
+        """Stop every worker (politely, then by signal) and release the socket. Idempotent.
+
+        Ctrl-C and SIGTERM wait until the workers are gone: a second Ctrl-C
+        must not leave orphans behind.
+        """
+        blocked = _block_interrupts()
+        try:
+            workers = list(self.workers.values())
+            self.workers = {}
+            if workers:
+                stop_workers(workers, polite=lambda: self._stop_message(workers),
+                             grace=1.0, term_wait=1.0)
+            if self._sock is not None:
+                self._sock.close(linger=0)
+                self._sock = None
+            if not self._ctx.closed:
+                self._ctx.term()
+            shutil.rmtree(self._log_dir, ignore_errors=True)
+        finally:
+            if blocked is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def _stop_message(self, workers: list[WorkerProcess]) -> None:
         for w in workers:
@@ -384,6 +398,13 @@ class ProcessGroup:
     def _log(self, direction: str, rank: int, kind: MsgType, step: int, num_bytes: int, body) -> None:
         if self.log:
             self.log.message(direction, rank, self.epoch, step, kind.name, num_bytes, body)
+
+
+def _block_interrupts():
+    """Hold SIGINT and SIGTERM (main thread only); returns the mask to restore, or None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def _slot(slot) -> str:
