@@ -67,8 +67,9 @@ def step_events(t: StepTrace, style: Style) -> str:
         add("preempt", " ".join(t.preempted), style.yellow)
     if t.executed:
         add("run", " ".join(f"{r}:{n}" for r, n in t.executed.items()))
-    if t.drafted:
-        add("accept", " ".join(f"{r}:{t.accepted[r]}/{d}" for r, d in t.drafted.items()))
+    drafts = [f"{r}:{t.accepted[r]}/{d}" for r, d in t.drafted.items() if d]   # 0/0 says nothing
+    if drafts:
+        add("accept", " ".join(drafts))
     if t.published:
         add("publish", " ".join(f"{r}:{n}" for r, n in t.published.items()))
     if t.sampled:
