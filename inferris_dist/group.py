@@ -119,16 +119,29 @@ class ProcessGroup:
                                  f"did not finish the handshake within {self.start_timeout:g} s")
 
     def _argv(self, rank: int) -> list[str]:
-        return [sys.executable, "-m", "inferris_dist.worker", "--rank", str(rank),
+        argv = [sys.executable, "-m", "inferris_dist.worker", "--rank", str(rank),
                 "--world-size", str(self.world_size), "--connect", self.address,
                 "--parent-pid", str(os.getpid())]
+        if threading.current_thread() is threading.main_thread():
+            argv.append("--death-signal")     # tied to the spawning thread: only the main one lasts
+        return argv
 
     def _handshake_message(self, frames, ranks, configured, ready, shard, step) -> None:
         ident = frames[0]
+        known = self.rank_of.get(ident) in configured
         try:
             if len(frames) != 3:
                 raise wire.WireError(f"{len(frames) - 1} frames")
             header = wire.decode_header(frames[1])
+            # Until a peer has proved the secret it may only say HELLO, in few bytes.
+            if not known and header.type is not MsgType.HELLO:
+                if ident in self.rank_of:      # a rank of the running group, answering late
+                    return self._note(self.rank_of[ident], f"dropped a stale {header.type.name} from "
+                                      f"rank {self.rank_of[ident]} (epoch {header.epoch}, step "
+                                      f"{header.step}) while starting ranks")
+                raise wire.WireError(f"{header.type.name} before HELLO")
+            if header.type is MsgType.HELLO and len(frames[2]) > wire.MAX_HELLO_BYTES:
+                raise wire.WireError(f"a HELLO of {len(frames[2])} bytes")
             body = wire.decode_body(header.type, frames[2])
         except wire.WireError as e:
             return self._refuse(ident, f"malformed message during the handshake: {e}")
@@ -155,14 +168,11 @@ class ProcessGroup:
                                  [f.text for f in self.faults
                                   if f.applies_to(rank) and (f.repeat or f.step > step)])
             self._send(rank, MsgType.CONFIG, max(step, 0), wire.encode_body(MsgType.CONFIG, config), config)
-        elif header.type is MsgType.READY and self.rank_of.get(ident) in configured:
+        elif header.type is MsgType.READY:
             ready.add(self.rank_of[ident])
             self._log("in", self.rank_of[ident], header.type, header.step, len(frames[2]), ())
         else:
-            rank = self.rank_of.get(ident)
-            who = "an unknown peer" if rank is None else f"rank {rank}"
-            self._note(rank, f"dropped a stale {header.type.name} from {who} (epoch {header.epoch}, "
-                             f"step {header.step}) while starting ranks")
+            self._refuse(ident, f"unexpected {header.type.name} during the handshake")
 
     def _refuse(self, ident: bytes, reason: str) -> None:
         self._note(None, f"refused a peer: {reason}")

@@ -22,6 +22,7 @@ from engine.messages import ExecutionPlan, ItemOutcome, PlanItem
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 64 << 20        # also the sockets' ZMQ_MAXMSGSIZE
 MAX_HEADER_BYTES = 256
+MAX_HELLO_BYTES = 256             # what an unauthenticated peer may make us decode
 MAX_STR_LEN = 1 << 16
 MAX_ARRAY_LEN = 1 << 22
 MAX_MAP_LEN = 1 << 20
@@ -79,9 +80,12 @@ def _unpack(frame: bytes, limit: int) -> Any:
     if len(frame) > limit:
         raise WireError(f"frame of {len(frame)} bytes exceeds the {limit}-byte cap")
     try:
+        # No container can hold more entries than the frame has bytes: capping the
+        # lengths by the frame's size keeps a small hostile frame cheap to refuse.
+        size = len(frame)
         return msgpack.unpackb(frame, use_list=False, raw=False, strict_map_key=True,
-                               max_str_len=MAX_STR_LEN, max_bin_len=MAX_STR_LEN,
-                               max_array_len=MAX_ARRAY_LEN, max_map_len=MAX_MAP_LEN,
+                               max_str_len=min(MAX_STR_LEN, size), max_bin_len=min(MAX_STR_LEN, size),
+                               max_array_len=min(MAX_ARRAY_LEN, size), max_map_len=min(MAX_MAP_LEN, size),
                                max_ext_len=0)
     except Exception as e:  # msgpack raises many kinds on hostile input; all mean "malformed"
         raise WireError(f"undecodable frame ({type(e).__name__})") from None

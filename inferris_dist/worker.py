@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import select
 import signal
 import sys
 import time
@@ -30,13 +31,20 @@ HANDSHAKE_TIMEOUT_S = 30.0
 EXIT_PROTOCOL = 3
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """Ask the kernel to SIGKILL us when the scheduler dies; then make sure it has not already."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)   # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass  # not Linux: the poll loop's parent check still catches it
+def die_with_parent(parent_pid: int, death_signal: bool) -> None:
+    """Exit when the scheduler is gone; with `death_signal`, let the kernel SIGKILL us.
+
+    The kernel's parent-death signal follows the *thread* that spawned us, so
+    the launcher asks for it only when spawning from its main thread; the
+    poll loop (a pidfd on the parent) and every wait below watch the parent
+    in any case.
+    """
+    if death_signal:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)   # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass  # not Linux: the parent checks still catch it
     if os.getppid() != parent_pid:
         os._exit(0)
 
@@ -133,10 +141,11 @@ class Worker:
         if "exit" in firing:
             os._exit(0)
         if "hang" in firing:
-            while True:      # busy, holding the GIL, deaf to the socket
+            while os.getppid() == self.parent_pid:   # busy, holding the GIL, deaf to the socket
                 pass
+            os._exit(0)
         if "delay" in firing:
-            time.sleep(firing["delay"].arg)
+            self.sleep_unless_orphaned(firing["delay"].arg)
         result = self.executor.execute(plan)
         outcomes = result.outcomes
         if "drop-write" in firing:
@@ -157,6 +166,17 @@ class Worker:
         if "stale" in firing and self.previous_result is not None:
             self.sock.send_multipart(self.previous_result)
         self.previous_result = frames
+
+    def sleep_unless_orphaned(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if self.parent_fd is not None:
+                if select.select([self.parent_fd], [], [], left)[0]:
+                    os._exit(0)
+            else:
+                time.sleep(min(left, PARENT_CHECK_MS / 1000))
+            if os.getppid() != self.parent_pid:
+                os._exit(0)
 
     def close(self) -> None:
         self.sock.close(linger=0)
@@ -189,9 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--world-size", type=int, required=True)
     ap.add_argument("--connect", required=True, help="the scheduler's ZeroMQ address")
     ap.add_argument("--parent-pid", type=int, required=True)
+    ap.add_argument("--death-signal", action="store_true",
+                    help="ask the kernel to kill this worker when its parent dies")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the scheduler stops us, not the terminal
-    die_with_parent(args.parent_pid)
+    die_with_parent(args.parent_pid, args.death_signal)
     line = sys.stdin.readline().strip()
     try:
         secret = bytes.fromhex(line)

@@ -467,9 +467,6 @@ def test_audit_catches_a_dropped_write_json():
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(strict=True, reason="cmd_launch.run_launch: `err` is unbound after the "
-                   "`except EngineError as err` block, so the human run crashes with "
-                   "UnboundLocalError instead of printing the error")
 def test_audit_catches_a_dropped_write_human():
     proc = cli("launch", "--fault", "1:drop-write@2")
     assert "Traceback" not in proc.stderr, proc.stderr
