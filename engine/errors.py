@@ -16,17 +16,20 @@ class EngineError(Exception):
     kind = "EngineError"
 
     def __init__(self, message: str, step: int | None = None, rank: int | None = None,
-                 epoch: int | None = None):
+                 epoch: int | None = None, ranks: tuple[int, ...] = ()):
         super().__init__(message)
         self.message = message
         self.step = step
-        self.rank = rank        # the rank it is attributed to, when one can be named
+        self.rank = rank        # the rank it is blamed on, when one can be blamed
+        self.ranks = ranks or (() if rank is None else (rank,))   # every rank involved
         self.epoch = epoch      # the executor group's epoch, on real processes
 
     def to_json(self) -> dict:
         out = {"error": self.kind, "message": self.message, "step": self.step}
         if self.rank is not None:
             out["rank"] = self.rank
+        if self.ranks and self.ranks != (self.rank,):
+            out["ranks"] = list(self.ranks)
         if self.epoch is not None:
             out["epoch"] = self.epoch
         return out
@@ -68,8 +71,8 @@ class RankLost(EngineError):
     kind = "RankLost"
 
     def __init__(self, message: str, step: int | None = None, rank: int | None = None,
-                 epoch: int | None = None, reason: str = "lost"):
-        super().__init__(message, step, rank, epoch)
+                 epoch: int | None = None, reason: str = "lost", ranks: tuple[int, ...] = ()):
+        super().__init__(message, step, rank, epoch, ranks)
         self.reason = reason    # died, timeout, protocol, unreachable
 
     def to_json(self) -> dict:

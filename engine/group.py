@@ -23,14 +23,15 @@ def join(results: Iterable[RankExecutionResult], world_size: int, step: int) -> 
     for r in by_rank:
         if r.world_size != world_size:
             raise GroupViolation(f"rank {r.rank} names world size {r.world_size}, want {world_size}",
-                                 rank=r.rank)
+                                 ranks=(r.rank,))
         if r.step != step:
             raise GroupViolation(f"rank {r.rank} answers step {r.step}, want {step}")
     first = by_rank[0]
     for r in by_rank[1:]:
         if r.outcomes != first.outcomes:
             raise GroupViolation(f"rank {r.rank} disagrees with rank {first.rank}: "
-                                 f"{describe_difference(first.outcomes, r.outcomes)}", rank=r.rank)
+                                 f"{describe_difference(first.outcomes, r.outcomes)}",
+                                 ranks=(first.rank, r.rank))   # no majority: nobody is blamed
     return ExecutionResult(step, first.outcomes)
 
 

@@ -302,9 +302,10 @@ class ProcessGroup:
                 if rank not in got:
                     raise self._lost(rank, step, "died", f"died before answering step {step}")
             if len(got) < self.world_size and time.monotonic() >= deadline:
-                rank = min(set(range(self.world_size)) - set(got))
-                raise self._lost(rank, step, "timeout",
-                                 f"gave no answer to step {step} within {self.step_timeout:g} s")
+                silent = sorted(set(range(self.world_size)) - set(got))
+                raise self._lost(silent[0], step, "timeout",
+                                 f"gave no answer to step {step} within {self.step_timeout:g} s",
+                                 also=silent[1:])
         return got
 
     def _take(self, frames, expect, step, got, sent_at, record) -> None:
@@ -381,8 +382,8 @@ class ProcessGroup:
         self.totals[rank].bytes_sent += len(header) + len(body)
         self._log("out", rank, kind, step, len(body), decoded)
 
-    def _lost(self, rank: int | None, step: int, reason: str, what: str) -> RankLost:
-        """A RankLost attributed to `rank` (None: every rank alike), logged."""
+    def _lost(self, rank: int | None, step: int, reason: str, what: str, also=()) -> RankLost:
+        """A RankLost blamed on `rank` (and the ranks `also`; None: every rank alike), logged."""
         w = self.workers.get(rank)
         detail = ""
         if w is not None and reason in ("died", "unreachable"):
@@ -390,14 +391,17 @@ class ProcessGroup:
             detail = f" ({w.exit_description()}"
             words = w.last_words()
             detail += f"; its last words: {words})" if words else ")"
-        who = "every rank" if rank is None else f"rank {rank}"
+        who = ("every rank" if rank is None else f"rank {rank}" if not also
+               else "ranks " + ", ".join(map(str, (rank, *also))))
         message = f"{who} {what}{detail}"
         if self.last_record is not None and self.last_record.step == step:
             self.last_record.verdict = f"{who} lost ({reason})"
+        ranks = tuple(range(self.world_size)) if rank is None else (rank, *also)
         if self.log:
-            self.log.event("rank-lost", rank=rank, step=step, epoch=self.epoch, reason=reason, message=message)
+            self.log.event("rank-lost", rank=rank, ranks=list(ranks), step=step, epoch=self.epoch,
+                           reason=reason, message=message)
         return RankLost(message, step=None if step < 0 else step, rank=rank, epoch=self.epoch,
-                        reason=reason)
+                        reason=reason, ranks=ranks)
 
     def _note(self, rank: int | None, text: str) -> None:
         if self.last_record is not None:

@@ -59,6 +59,7 @@ class DistributedEngine(Engine):
         self.max_restarts = max_restarts
         self.num_restarts = 0
         self.recoveries: list[Recovery] = []       # since take_recoveries()
+        self._preempted_between_steps: list[str] = []  # by a recompute after an audit: shown next step
 
     def run(self) -> Iterator[StepTrace]:
         while not self.done:
@@ -74,6 +75,9 @@ class DistributedEngine(Engine):
 
     def step(self) -> StepTrace:
         prepared = self.prepare()
+        if self._preempted_between_steps:
+            prepared = prepared._replace(preempted=self._preempted_between_steps + prepared.preempted)
+            self._preempted_between_steps = []
         while True:
             try:
                 return self.commit(prepared, self.group.execute(prepared.plan))
@@ -99,7 +103,11 @@ class DistributedEngine(Engine):
             raise err
         self.num_restarts += 1
         blamed = isinstance(err, (RankLost, ShardDivergence)) and err.rank is not None
-        ranks = [err.rank] if blamed else list(range(self.group.world_size))
+        if blamed:
+            # every rank found dead by now goes too: a fault on all ranks is one recovery, not N
+            ranks = sorted({*err.ranks} | {r for r, w in self.group.workers.items() if not w.alive()})
+        else:
+            ranks = list(range(self.group.world_size))
         failed_epoch = self.group.epoch
         step = prepared.step if prepared is not None else err.step
         preempted: list[str] = []
@@ -116,6 +124,7 @@ class DistributedEngine(Engine):
                 preempted = [r for r in prepared.preempted if r not in before]
             else:
                 preempted = self.drop_all_pages()
+                self._preempted_between_steps += preempted
         self.recoveries.append(Recovery(step, failed_epoch, err.kind, err.rank, err.message,
                                         self.policy, tuple(ranks), tuple(pids), pages,
                                         tuple(preempted), in_audit=prepared is None))
