@@ -136,9 +136,7 @@ class ProcessGroup:
             # Until a peer has proved the secret it may only say HELLO, in few bytes.
             if not known and header.type is not MsgType.HELLO:
                 if ident in self.rank_of:      # a rank of the running group, answering late
-                    return self._note(self.rank_of[ident], f"dropped a stale {header.type.name} from "
-                                      f"rank {self.rank_of[ident]} (epoch {header.epoch}, step "
-                                      f"{header.step}) while starting ranks")
+                    return self._drop(self.rank_of[ident], header, "while starting ranks")
                 raise wire.WireError(f"{header.type.name} before HELLO")
             if header.type is MsgType.HELLO and len(frames[2]) > wire.MAX_HELLO_BYTES:
                 raise wire.WireError(f"a HELLO of {len(frames[2])} bytes")
@@ -320,15 +318,8 @@ class ProcessGroup:
         except wire.WireError as e:
             raise self._lost(rank, step, "protocol", f"broke the protocol: {e}") from None
         current = header.type is expect and header.epoch == self.epoch and header.step == step
-        if rank in got or (not current and self._answered.get(rank) == (header.epoch, header.step)):
-            self.totals[rank].dropped += 1
-            self._note(rank, f"dropped a duplicate {header.type.name} from rank {rank} "
-                             f"(epoch {header.epoch}, step {header.step})")
-            return
-        if not current:
-            self.totals[rank].dropped += 1
-            self._note(rank, f"dropped a stale {header.type.name} from rank {rank} "
-                             f"(epoch {header.epoch}, step {header.step})")
+        if rank in got or not current:
+            self._drop(rank, header)
             return
         got[rank] = (header, frames[2])
         rtt = time.monotonic() - sent_at[rank]
@@ -345,6 +336,16 @@ class ProcessGroup:
             except wire.WireError as e:
                 body = f"<undecodable: {e}>"
             self._log("in", rank, header.type, step, len(frames[2]), body)
+
+    def _drop(self, rank: int, header: wire.Header, when: str = "") -> None:
+        """Count and note a reply that is not joined: a duplicate of one already taken, or stale."""
+        seen = self._answered.get(rank) == (header.epoch, header.step) or (
+            header.epoch == self.epoch and self.last_record is not None
+            and header.step == self.last_record.step and rank in self.last_record.rtt)
+        what = "duplicate" if seen else "stale"
+        self.totals[rank].dropped += 1
+        self._note(rank, f"dropped a {what} {header.type.name} from rank {rank} "
+                         f"(epoch {header.epoch}, step {header.step}){' ' + when if when else ''}")
 
     def _decode(self, rank: int | None, kind: MsgType, body: bytes, step: int):
         try:
