@@ -55,6 +55,7 @@ class SlotStore:
         same writer is updated in place; anything else goes through write_run.
         """
         page_size = self.page_size
+        full = (1 << page_size) - 1
         store = self._pages
         position, end = start, start + num_tokens
         for page in pages:
@@ -63,11 +64,12 @@ class SlotStore:
             if length <= 0:
                 return
             base = position - offset
+            bits = ((1 << length) - 1) << offset
             layers = store[page]
-            if layers is None:
-                store[page] = [[request_id, base, ((1 << length) - 1) << offset]]
+            if layers is None or bits == full:       # a whole page hides whatever was below
+                store[page] = [[request_id, base, bits]]
             elif len(layers) == 1 and layers[0][0] == request_id and layers[0][1] == base:
-                layers[0][2] |= ((1 << length) - 1) << offset
+                layers[0][2] |= bits
             else:
                 self.write_run(page, request_id, position, offset, length)
             position += length
