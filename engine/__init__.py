@@ -27,19 +27,23 @@ __all__ = [
     "LocalGroup", "OutOfPages", "PagePool", "PlanItem", "PreparedStep", "RankExecutionResult",
     "RankExecutor", "RankLost", "Request", "RequestSpec", "SampleResult", "State", "StepTrace",
     "Workload", "WorkloadError", "accept_scripts", "expand_placements", "join", "load_workload",
-    "page_spans", "pages_needed", "parse_workload", "placement_pages", "run_workload", "verdict",
+    "page_spans", "pages_needed", "parse_workload", "placement_pages", "run_workload", "trace_lines", "verdict",
 ]
 
 
 def run_workload(workload, executor=None) -> list[dict]:
     """Run to the end; the SPEC §4 lines as dicts (the steps, then summary or error)."""
-    eng = Engine(workload, executor)
+    return trace_lines(Engine(workload, executor))
+
+
+def trace_lines(engine: Engine) -> list[dict]:
+    """Run an engine to the end; its SPEC §4 lines (the steps, then the summary or the error)."""
     lines: list[dict] = []
     try:
-        for trace in eng.run():
+        for trace in engine.run():
             lines.append(trace.to_json())
     except EngineError as e:
         lines.append(e.to_json())
         return lines
-    lines.append({"summary": eng.summary()})
+    lines.append({"summary": engine.summary()})
     return lines

@@ -89,6 +89,9 @@ def cmd_demo(args) -> int:
 
 def run_in_process(workload, name: str, as_json: bool) -> int:
     out = sys.stdout
+    if workload.faults:
+        sys.stderr.write(f"inferris-dist: note: the workload's faults ({', '.join(workload.faults)}) "
+                         f"act on worker processes; run them with `inferris-dist launch`\n")
     engine = Engine(workload)
     style = render.use_color(out)
     printer = None

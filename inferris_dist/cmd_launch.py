@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from engine import EngineError, run_workload
+from engine import EngineError, run_workload, trace_lines
 
 from . import render
 from .launch import launch
@@ -123,17 +123,11 @@ def _alive(pid: int) -> bool:
 
 
 def distributed_lines(workload, step_timeout: float, faults=()) -> list[dict]:
-    lines: list[dict] = []
-    engine = None
     try:
         with launch(workload, step_timeout=step_timeout, faults=faults) as engine:
-            for trace in engine.run():
-                lines.append(trace.to_json())
-    except EngineError as e:
-        lines.append(e.to_json())
-        return lines
-    lines.append({"summary": engine.summary()})
-    return lines
+            return trace_lines(engine)
+    except EngineError as e:        # the workers did not start
+        return [e.to_json()]
 
 
 def run_compare(workload, name: str, step_timeout: float) -> int:

@@ -34,6 +34,7 @@ import pytest
 import inferris_dist
 from engine import BoundaryViolation, EngineError, GroupViolation, RankLost, run_workload
 from engine.errors import ShardDivergence
+from procs import gone, wait_until
 from invariants import check_invariants
 
 REPO = Path(__file__).resolve().parent.parent
@@ -53,34 +54,8 @@ assert len(BASELINE) == 7 and "summary" in BASELINE[-1]
 
 # -- helpers --------------------------------------------------------------------------
 
-def gone(pid: int) -> bool:
-    """The process no longer runs: no /proc entry, or a zombie (dead, not yet reaped)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return True
-    except OSError:
-        status = None
-    if status is not None:
-        m = re.search(r"^State:\s*(\S)", status, re.M)
-        return bool(m) and m.group(1) in "ZX"
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
-def wait_until(condition, timeout: float, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        if condition():
-            return True
-        if time.monotonic() >= deadline:
-            return condition()
-        time.sleep(interval)
 
 
 def is_our_worker(pid: int, parent: int | None = None) -> bool:
