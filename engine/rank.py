@@ -29,14 +29,10 @@ class RankExecutor:
     def execute(self, plan: ExecutionPlan) -> RankExecutionResult:
         write = self.shard.write_span
         scripts = self.accept_scripts
+        outcome = ItemOutcome._make
         outcomes = []
-        for item in plan.items:
-            rid = item.request_id
-            if item.decode:
-                accepted = verdict(scripts.get(rid), item.verdict_index, item.num_tokens - 1)
-            else:
-                accepted = 0
-            write(item.placements, rid, item.start_position, item.num_tokens)
-            outcomes.append(ItemOutcome(rid, item.start_position, item.num_tokens, accepted,
-                                        item.placements))
+        for rid, start, num_tokens, _, decode, verdict_index, pages in plan.items:
+            accepted = verdict(scripts.get(rid), verdict_index, num_tokens - 1) if decode else 0
+            write(pages, rid, start, num_tokens)
+            outcomes.append(outcome((rid, start, num_tokens, accepted, pages)))
         return RankExecutionResult(self.rank, self.world_size, plan.step, tuple(outcomes))

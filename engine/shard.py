@@ -60,9 +60,11 @@ class SlotStore:
         position, end = start, start + num_tokens
         for page in pages:
             offset = position % page_size
-            length = min(page_size - offset, end - position)
-            if length <= 0:
-                return
+            length = page_size - offset
+            if length > end - position:
+                length = end - position
+                if length <= 0:
+                    return
             base = position - offset
             bits = ((1 << length) - 1) << offset
             layers = store[page]
