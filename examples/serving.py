@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import Engine, LocalGroup, load_workload  # noqa: E402
+from engine import Engine, LocalGroup, load_workload, run_workload  # noqa: E402
 
 
 def serving_workload(num_requests: int = 1000, seed: int = 7, world_size: int = 1) -> dict:
@@ -49,6 +49,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--write", metavar="FILE", help="write the workload JSON and stop")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs (the best is reported)")
+    ap.add_argument("--check", action="store_true",
+                    help="also run tests/naive_reference.py (slow) and compare the traces")
     a = ap.parse_args()
     data = serving_workload(a.requests, a.seed, a.world_size)
     if a.write:
@@ -66,6 +68,14 @@ def main() -> int:
     print(f"serving workload: {a.requests} requests, world_size {a.world_size}, {num_steps} steps")
     print(f"engine time {best:.3f} s (best of {a.repeat}), {num_steps / best:,.0f} steps/s, "
           f"{best / num_steps * 1e6:.0f} us/step, final computed tokens {tokens:,}")
+    if a.check:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from naive_reference import naive_run
+        t0 = time.perf_counter()
+        same = naive_run(data) == run_workload(workload)
+        print(f"naive SPEC implementation: {time.perf_counter() - t0:.1f} s, trace "
+              f"{'identical' if same else 'DIFFERENT'}")
+        return 0 if same else 1
     return 0
 
 
