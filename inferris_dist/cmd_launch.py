@@ -90,7 +90,7 @@ def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log
         out.write(render.request_table(engine.summary(), style) + "\n")
         out.write(render.closing_line(num_steps, engine.summary()) + "\n")
     if group is not None:
-        out.write(render.rank_table(group.totals, pids, style) + "\n")
+        out.write(render.rank_table(group.totals, group.rank_pids, style) + "\n")
         left = [p for p in group.pids_started if _alive(p)]
         out.write(f"workers: {len(group.pids_started)} started, "
                   f"{'none left running' if not left else 'STILL RUNNING: ' + ' '.join(map(str, left))}\n")

@@ -63,6 +63,7 @@ class ProcessGroup:
         self.attempts: list[StepRecord] = []           # since take_attempts(): one per execute()
         self._answered: dict[int, tuple[int, int]] = {}   # rank -> (epoch, step) of its last joined answer
         self.pids_started: list[int] = []
+        self.rank_pids: dict[int, list[int]] = {r: [] for r in range(self.world_size)}   # oldest first
         self._secret = secrets.token_bytes(32)
         self._log_dir = Path(tempfile.mkdtemp(prefix="inferris-dist-"))
         self._ctx = zmq.Context()
@@ -101,6 +102,7 @@ class ProcessGroup:
         for w in started:
             self.workers[w.rank] = w
             self.pids_started.append(w.pid)
+            self.rank_pids[w.rank].append(w.pid)
             if w.sentinel is not None:
                 self._poller.register(w.sentinel, zmq.POLLIN)
         deadline = time.monotonic() + self.start_timeout

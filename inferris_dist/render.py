@@ -172,9 +172,10 @@ def note_lines(record, style: Style) -> list[str]:
     return [f"{'':>{STEP_WIDTH}}  " + style.yellow(f"! {note}") for note in record.notes]
 
 
-def rank_table(totals: dict, pids: dict[int, int], style: Style) -> str:
+def rank_table(totals: dict, pids: dict[int, list[int]], style: Style) -> str:
+    """Per rank: its worker pids (a restart adds one), steps, bytes, round trips, drops."""
     cols = ("rank", "pid", "steps", "sent", "received", "rtt p50 ms", "rtt p99 ms", "dropped")
-    rows = [(str(r), str(pids.get(r, "-")), str(t.steps), human_bytes(t.bytes_sent),
+    rows = [(str(r), "->".join(map(str, pids.get(r, []))) or "-", str(t.steps), human_bytes(t.bytes_sent),
              human_bytes(t.bytes_received), ms(t.percentile(0.5)), ms(t.percentile(0.99)),
              str(t.dropped)) for r, t in sorted(totals.items())]
     widths = [max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(cols)]
