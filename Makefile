@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/inferris-dist demo
+	$(BIN)/inferris-dist launch --world-size 4
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
