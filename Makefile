@@ -21,6 +21,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python examples/serving.py
+	$(BIN)/python examples/bench_boundary.py
+
+golden: $(STAMP)
+	$(BIN)/python -m pytest -q tests/test_golden.py tests/test_launch.py -k golden
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis
