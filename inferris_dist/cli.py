@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
+
+import zmq
 
 from engine import Engine, EngineError, WorkloadError
 
@@ -182,9 +185,19 @@ def main(argv: list[str] | None = None) -> int:
         status = 143
     except BrokenPipeError:
         # The reader went away (| head): stop quietly, without a second error at exit.
-        import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         status = EXIT_OK
+    except (OSError, zmq.ZMQError) as e:
+        # the machine said no (no port to bind, no process to start): one line, not a traceback
+        where = f": {e.filename}" if getattr(e, "filename", None) else ""
+        sys.stderr.write(f"inferris-dist: {getattr(e, 'strerror', None) or e}{where}\n")
+        status = EXIT_FAILED
+    except Exception as e:  # a bug of ours: still one line, the traceback only on request
+        if os.environ.get("INFERRIS_DEBUG"):
+            raise
+        sys.stderr.write(f"inferris-dist: internal error: {type(e).__name__}: {e} "
+                         f"(INFERRIS_DEBUG=1 shows the traceback)\n")
+        status = EXIT_FAILED
     try:
         sys.stdout.flush()
     except BrokenPipeError:

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from engine import EngineError, run_workload, trace_lines
+from engine import EngineError, WorkloadError, run_workload, trace_lines
 
 from . import render
 from .launch import launch
@@ -41,10 +41,16 @@ def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log
     pids: dict[int, int] = {}
     status = EXIT_OK
     failure = None
+    log_stream = None
+    if wire_log is not None:
+        try:
+            log_stream = open(wire_log, "w")
+        except OSError as e:
+            raise WorkloadError(f"--wire-log {wire_log}: {e.strerror or e}") from None
     try:
         with launch(workload, step_timeout=step_timeout, faults=faults, audit_every=audit_every,
                     on_rank_loss=on_rank_loss, max_restarts=max_restarts,
-                    wire_log=wire_log) as engine:
+                    wire_log=log_stream) as engine:
             group = engine.group
             pids = {r: w.pid for r, w in group.workers.items()}
             if not as_json:
@@ -82,6 +88,9 @@ def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log
             if group is not None:
                 write_boundary(out, style, group.world_size, group.take_attempts(),
                                engine.take_recoveries() if engine is not None else [])
+    finally:
+        if log_stream is not None:
+            log_stream.close()
     if as_json:
         if status == EXIT_OK:
             out.write(json.dumps({"summary": engine.summary()}) + "\n")
