@@ -32,12 +32,17 @@ class SlotStore:
             if len(layers) == 1:
                 return
         else:
-            layers.insert(0, [request_id, base, bits])
+            top = [request_id, base, bits]
+            layers.insert(0, top)
+        # Below the top: clear the new bits; an older layer of the same writer merges into
+        # the top, so each (rid, base) has one layer and the layers' masks stay disjoint.
         keep = ~bits
         below = []
         for layer in layers[1:]:
             layer[2] &= keep
-            if layer[2]:
+            if layer[0] == request_id and layer[1] == base:
+                top[2] |= layer[2]
+            elif layer[2]:
                 below.append(layer)
         layers[1:] = below
 
@@ -114,7 +119,7 @@ def first_mismatch(held: SlotStore, shard_layers: dict[int, list]) -> tuple[int,
             have = 0
             for s_rid, s_base, s_mask in shard_layers.get(page, ()):
                 if s_rid == rid and s_base == base:
-                    have = s_mask
+                    have |= s_mask
             missing = mask & ~have
             if missing:
                 offset = (missing & -missing).bit_length() - 1
