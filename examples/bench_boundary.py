@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -65,7 +67,8 @@ def floor(sizes: list[tuple[bytes, int]], world_size: int) -> float:
     sock.bind("tcp://127.0.0.1:0")
     address = sock.getsockopt_string(zmq.LAST_ENDPOINT)
     argv = lambda rank: [sys.executable, str(HERE / "bare_echo.py"), address, str(os.getpid())]
-    workers = spawn_workers(argv, world_size, b"unused")
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-floor-"))
+    workers = spawn_workers(argv, world_size, b"unused", None, log_dir)
     try:
         peers = [sock.recv_multipart()[0] for _ in range(world_size)]
         t0 = time.perf_counter()
@@ -82,6 +85,7 @@ def floor(sizes: list[tuple[bytes, int]], world_size: int) -> float:
         stop_workers(workers, grace=1.0)
         sock.close(0)
         ctx.term()
+        shutil.rmtree(log_dir, ignore_errors=True)
     return elapsed
 
 

@@ -8,18 +8,18 @@ Lockstep: `execute` returns (or raises) before the next plan can go out.
 
 Messages of another epoch or step are stale, a second answer from a rank is a
 duplicate: both are counted and dropped, never joined. A message that does
-not decode is a protocol error attributed to the rank that sent it.
+not decode, or names another rank than its sender, is a protocol error
+blamed on the rank that sent it. Admitting workers is handshake.py's part.
 """
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Sequence
 
@@ -30,10 +30,11 @@ from engine import (EngineError, ExecutionPlan, ExecutionResult, RankExecutionRe
 from engine.errors import ShardDivergence
 from engine.group import accept_scripts
 from engine.shard import SlotStore, first_mismatch
-from launcher import WorkerProcess, spawn_workers, stop_workers
+from launcher import WorkerProcess, stop_workers
 
 from . import wire
 from .faults import Fault
+from .handshake import admit_ranks
 from .observe import RankTotals, StepRecord, WireLog
 from .wire import MsgType
 
@@ -47,6 +48,7 @@ class ProcessGroup:
                  bind: str = LOOPBACK):
         cfg = workload.config
         self.world_size = world_size or cfg.world_size
+        wire.check_fits(workload)
         self.num_pages, self.page_size = cfg.num_pages, cfg.page_size
         self.accept_scripts = accept_scripts(workload)
         self.step_timeout = step_timeout
@@ -55,21 +57,25 @@ class ProcessGroup:
         self.log = wire_log
         self.bind = bind
         self.epoch = 0
+        self.address = ""
+        self.secret = secrets.token_bytes(32)
         self.workers: dict[int, WorkerProcess] = {}
         self.identity: dict[int, bytes] = {}
         self.rank_of: dict[bytes, int] = {}
         self.totals = {r: RankTotals() for r in range(self.world_size)}
+        self.rank_pids: dict[int, list[int]] = {r: [] for r in range(self.world_size)}  # oldest first
         self.last_record: StepRecord | None = None
-        self.attempts: list[StepRecord] = []           # since take_attempts(): one per execute()
-        self._answered: dict[int, tuple[int, int]] = {}   # rank -> (epoch, step) of its last joined answer
-        self.pids_started: list[int] = []
-        self.rank_pids: dict[int, list[int]] = {r: [] for r in range(self.world_size)}   # oldest first
-        self._secret = secrets.token_bytes(32)
-        self._log_dir = Path(tempfile.mkdtemp(prefix="inferris-dist-"))
-        self._ctx = zmq.Context()
-        self._sock = None
+        self.attempts: deque[StepRecord] = deque(maxlen=64)   # since take_attempts()
+        self._answered: dict[int, tuple[int, int]] = {}   # rank -> (epoch, step) last joined
+        self._dead: set[int] = set()                      # ranks whose process has exited
+        self.sock = None
+        self.log_dir: Path | None = None
+        self._ctx: zmq.Context | None = None
         self._poller = zmq.Poller()
-        self.address = ""
+
+    @property
+    def pids_started(self) -> list[int]:
+        return [pid for pids in self.rank_pids.values() for pid in pids]
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -85,7 +91,9 @@ class ProcessGroup:
         self.close()
 
     def start(self) -> None:
-        sock = self._sock = self._ctx.socket(zmq.ROUTER)
+        self.log_dir = Path(tempfile.mkdtemp(prefix="inferris-dist-"))
+        self._ctx = zmq.Context()
+        sock = self.sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVTIMEO, int(self.step_timeout * 1000))
         sock.setsockopt(zmq.SNDTIMEO, 1000)
@@ -94,93 +102,20 @@ class ProcessGroup:
         sock.bind(f"{self.bind}:0")
         self.address = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._poller.register(sock, zmq.POLLIN)
-        self._start_ranks(range(self.world_size), shard=[], step=-1)
+        admit_ranks(self, range(self.world_size), shard=[], step=-1)
 
-    def _start_ranks(self, ranks: Sequence[int], shard: list, step: int) -> None:
-        """Spawn workers for `ranks`, handshake, configure (shard snapshot), wait until ready."""
-        started = spawn_workers(self._argv, self.world_size, self._secret, ranks, self._log_dir)
-        for w in started:
-            self.workers[w.rank] = w
-            self.pids_started.append(w.pid)
-            self.rank_pids[w.rank].append(w.pid)
-            if w.sentinel is not None:
-                self._poller.register(w.sentinel, zmq.POLLIN)
-        deadline = time.monotonic() + self.start_timeout
-        configured: set[int] = set()
-        ready: set[int] = set()
-        while len(ready) < len(ranks):
-            dead, messages = self._wait(deadline)
-            for frames in messages:
-                self._handshake_message(frames, set(ranks), configured, ready, shard, step)
-            for rank in dead:
-                if rank in ranks:
-                    raise self._lost(rank, step, "died", "died during start-up")
-            if time.monotonic() >= deadline and len(ready) < len(ranks):
-                missing = min(set(ranks) - ready)
-                raise self._lost(missing, max(step, 0), "timeout",
-                                 f"did not finish the handshake within {self.start_timeout:g} s")
+    def adopt(self, worker: WorkerProcess) -> None:
+        """A freshly spawned worker joins the watch list (before its handshake)."""
+        self.workers[worker.rank] = worker
+        self.rank_pids[worker.rank].append(worker.pid)
+        self._dead.discard(worker.rank)
+        if worker.sentinel is not None:
+            self._poller.register(worker.sentinel, zmq.POLLIN)
 
-    def _argv(self, rank: int) -> list[str]:
-        argv = [sys.executable, "-m", "inferris_dist.worker", "--rank", str(rank),
-                "--world-size", str(self.world_size), "--connect", self.address,
-                "--parent-pid", str(os.getpid())]
-        if threading.current_thread() is threading.main_thread():
-            argv.append("--death-signal")     # tied to the spawning thread: only the main one lasts
-        return argv
-
-    def _handshake_message(self, frames, ranks, configured, ready, shard, step) -> None:
-        ident = frames[0]
-        known = self.rank_of.get(ident) in configured
-        try:
-            if len(frames) != 3:
-                raise wire.WireError(f"{len(frames) - 1} frames")
-            header = wire.decode_header(frames[1])
-            # Until a peer has proved the secret it may only say HELLO, in few bytes.
-            if not known and header.type is not MsgType.HELLO:
-                if ident in self.rank_of:      # a rank of the running group, answering late
-                    return self._drop(self.rank_of[ident], header, "while starting ranks")
-                raise wire.WireError(f"{header.type.name} before HELLO")
-            if header.type is MsgType.HELLO and len(frames[2]) > wire.MAX_HELLO_BYTES:
-                raise wire.WireError(f"a HELLO of {len(frames[2])} bytes")
-            body = wire.decode_body(header.type, frames[2])
-        except wire.WireError as e:
-            return self._refuse(ident, f"malformed message during the handshake: {e}")
-        if header.type is MsgType.HELLO:
-            rank = header.rank
-            if header.world_size != self.world_size:
-                return self._refuse(ident, f"claims world size {header.world_size}, the run has {self.world_size}")
-            if not 0 <= rank < self.world_size:
-                return self._refuse(ident, f"claims rank {rank}, outside 0..{self.world_size - 1}")
-            if rank not in ranks or rank in configured:
-                return self._refuse(ident, f"claims rank {rank}, which is already taken")
-            if not wire.check_proof(self._secret, header, body):
-                return self._refuse(ident, f"claims rank {rank} without proof of the run secret")
-            if body.pid != self.workers[rank].pid:
-                return self._refuse(ident, f"claims rank {rank} from pid {body.pid}, not the worker we started")
-            old = self.identity.get(rank)
-            if old is not None:
-                self.rank_of.pop(old, None)
-            self.identity[rank] = ident
-            self.rank_of[ident] = rank
-            configured.add(rank)
-            self._log("in", rank, header.type, header.step, len(frames[2]), body)
-            config = wire.Config(self.num_pages, self.page_size, self.accept_scripts, shard,
-                                 [f.text for f in self.faults
-                                  if f.applies_to(rank) and (f.repeat or f.step > step)])
-            self._send(rank, MsgType.CONFIG, max(step, 0), wire.encode_body(MsgType.CONFIG, config), config)
-        elif header.type is MsgType.READY:
-            ready.add(self.rank_of[ident])
-            self._log("in", self.rank_of[ident], header.type, header.step, len(frames[2]), ())
-        else:
-            self._refuse(ident, f"unexpected {header.type.name} during the handshake")
-
-    def _refuse(self, ident: bytes, reason: str) -> None:
-        self._note(None, f"refused a peer: {reason}")
-        try:
-            self._sock.send_multipart([ident, wire.encode_header(MsgType.REFUSED, self.epoch, 0, -1, self.world_size),
-                                       wire.encode_body(MsgType.REFUSED, (reason,))], zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass
+    def bind_identity(self, rank: int, ident: bytes) -> None:
+        self.rank_of.pop(self.identity.get(rank, b""), None)
+        self.identity[rank] = ident
+        self.rank_of[ident] = rank
 
     def close(self) -> None:
         """Stop every worker (politely, then by signal) and release the socket. Idempotent.
@@ -188,27 +123,51 @@ class ProcessGroup:
         Ctrl-C and SIGTERM wait until the workers are gone: a second Ctrl-C
         must not leave orphans behind.
         """
-        blocked = _block_interrupts()
-        try:
+        with _interrupts_held():
             workers = list(self.workers.values())
-            self.workers = {}
             if workers:
                 stop_workers(workers, polite=lambda: self._stop_message(workers),
                              grace=1.0, term_wait=1.0)
-            if self._sock is not None:
-                self._sock.close(linger=0)
-                self._sock = None
-            if not self._ctx.closed:
+            self.workers = {}
+            if self.sock is not None:
+                self.sock.close(linger=0)
+                self.sock = None
+            if self._ctx is not None and not self._ctx.closed:
                 self._ctx.term()
-            shutil.rmtree(self._log_dir, ignore_errors=True)
-        finally:
-            if blocked is not None:
-                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            if self.log_dir is not None:
+                shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def _stop_message(self, workers: list[WorkerProcess]) -> None:
         for w in workers:
             if w.alive() and w.rank in self.identity:
-                self._send(w.rank, MsgType.STOP, 0, wire.encode_body(MsgType.STOP, ()), (), quiet=True)
+                self.send(w.rank, MsgType.STOP, 0, wire.encode_body(MsgType.STOP, ()), (), quiet=True)
+
+    def restart(self, ranks: Sequence[int], shard: list, step: int) -> list[int]:
+        """Replace the workers of `ranks` with fresh ones in a new epoch; returns their pids.
+
+        The old workers are killed, not asked: they are lost or not trusted.
+        Each new worker starts from `shard` (a snapshot of the control plane's
+        pool, or [] for an empty shard) and gets the faults not yet spent.
+        """
+        self.epoch += 1
+        with _interrupts_held():
+            old = [self.workers[r] for r in ranks if r in self.workers]
+            stop_workers(old, grace=0.0, term_wait=0.5)
+            for w in old:
+                self._forget(w)
+        if self.log:
+            self.log.event("restart", ranks=list(ranks), epoch=self.epoch, step=step,
+                           shard_pages=len(shard))
+        admit_ranks(self, ranks, shard, step)
+        return [self.workers[r].pid for r in ranks]
+
+    def _forget(self, w: WorkerProcess) -> None:
+        if self.workers.get(w.rank) is w:
+            del self.workers[w.rank]
+        if w.sentinel is not None and w.rank not in self._dead:
+            self._poller.unregister(w.sentinel)
+        self._dead.discard(w.rank)
+        self.rank_of.pop(self.identity.pop(w.rank, b""), None)
 
     # -- the seam ----------------------------------------------------------------------
 
@@ -219,7 +178,7 @@ class ProcessGroup:
         sent_at = {}
         for rank in range(self.world_size):
             sent_at[rank] = time.monotonic()
-            self._send(rank, MsgType.PLAN, plan.step, body, plan)
+            self.send(rank, MsgType.PLAN, plan.step, body, plan)
         got = self._gather(MsgType.RESULT, plan.step, sent_at, record)
         bodies = [got[r][1] for r in range(self.world_size)]
         if all(b == bodies[0] for b in bodies):
@@ -235,7 +194,7 @@ class ProcessGroup:
             e.epoch = self.epoch
             record.verdict = e.kind
             if self.log:
-                self.log.event("step-failed", kind=e.kind, rank=e.rank, step=plan.step,
+                self.log.event("step-failed", kind=e.kind, ranks=list(e.ranks), step=plan.step,
                                epoch=self.epoch, message=e.message)
             raise
         record.verdict = "joined"
@@ -244,35 +203,17 @@ class ProcessGroup:
         return joined
 
     def take_attempts(self) -> list[StepRecord]:
-        attempts, self.attempts = self.attempts, []
+        attempts = list(self.attempts)
+        self.attempts.clear()
         return attempts
-
-    def restart(self, ranks: Sequence[int], shard: list, step: int) -> list[int]:
-        """Replace the workers of `ranks` with fresh ones in a new epoch; returns their pids.
-
-        The old workers are killed, not asked: they are lost or not trusted.
-        Each new worker starts from `shard` (a snapshot of the control plane's
-        pool, or [] for an empty shard) and gets the faults not yet spent.
-        """
-        self.epoch += 1
-        old = [self.workers.pop(r) for r in ranks if r in self.workers]
-        for w in old:
-            if w.sentinel is not None:
-                self._poller.unregister(w.sentinel)
-            self.rank_of.pop(self.identity.pop(w.rank, b""), None)
-        stop_workers(old, grace=0.0, term_wait=0.5)
-        if self.log:
-            self.log.event("restart", ranks=list(ranks), epoch=self.epoch, step=step,
-                           shard_pages=len(shard))
-        self._start_ranks(ranks, shard, step)
-        return [self.workers[r].pid for r in ranks]
 
     def audit(self, held: SlotStore, step: int) -> None:
         """Every rank's shard must hold every slot the control plane's pool holds."""
+        self.last_record = None              # the audit is not the step: its verdict stands
         sent_at = {}
         for rank in range(self.world_size):
             sent_at[rank] = time.monotonic()
-            self._send(rank, MsgType.AUDIT, step, wire.encode_body(MsgType.AUDIT, ()), ())
+            self.send(rank, MsgType.AUDIT, step, wire.encode_body(MsgType.AUDIT, ()), ())
         got = self._gather(MsgType.SHARD, step, sent_at, None)
         for rank in range(self.world_size):
             snapshot = self._decode(rank, MsgType.SHARD, got[rank][1], step)
@@ -295,39 +236,41 @@ class ProcessGroup:
         deadline = min(sent_at.values()) + self.step_timeout
         got: dict[int, tuple[wire.Header, bytes]] = {}
         while len(got) < self.world_size:
-            dead, messages = self._wait(deadline)
+            dead, messages = self.wait(deadline)
             for frames in messages:
                 self._take(frames, expect, step, got, sent_at, record)
             for rank in dead:
                 if rank not in got:
-                    raise self._lost(rank, step, "died", f"died before answering step {step}")
+                    raise self.lost(rank, step, "died", f"died before answering step {step}")
             if len(got) < self.world_size and time.monotonic() >= deadline:
                 silent = sorted(set(range(self.world_size)) - set(got))
-                raise self._lost(silent[0], step, "timeout",
-                                 f"gave no answer to step {step} within {self.step_timeout:g} s",
-                                 also=silent[1:])
+                raise self.lost(silent[0], step, "timeout",
+                                f"gave no answer to step {step} within {self.step_timeout:g} s",
+                                also=silent[1:])
         return got
 
     def _take(self, frames, expect, step, got, sent_at, record) -> None:
         rank = self.rank_of.get(frames[0])
         if rank is None:
-            self._note(None, "dropped a message from an unknown peer")
+            self.note(None, "dropped a message from an unknown peer")
             return
         try:
             if len(frames) != 3:
                 raise wire.WireError(f"a message of {len(frames) - 1} frame(s), not 2")
             header = wire.decode_header(frames[1])
         except wire.WireError as e:
-            raise self._lost(rank, step, "protocol", f"broke the protocol: {e}") from None
+            raise self.lost(rank, step, "protocol", f"broke the protocol: {e}") from None
+        if header.rank != rank:
+            raise self.lost(rank, step, "protocol", f"broke the protocol: its message names rank {header.rank}")
         current = header.type is expect and header.epoch == self.epoch and header.step == step
         if rank in got or not current:
-            self._drop(rank, header)
+            self.drop(rank, header)
             return
         got[rank] = (header, frames[2])
-        rtt = time.monotonic() - sent_at[rank]
         totals = self.totals[rank]
         totals.bytes_received += len(frames[2]) + len(frames[1])
         if record is not None:
+            rtt = time.monotonic() - sent_at[rank]
             record.rtt[rank] = rtt
             record.result_bytes[rank] = len(frames[2])
             totals.rtts.append(rtt)
@@ -337,55 +280,64 @@ class ProcessGroup:
                 body = wire.decode_body(header.type, frames[2])
             except wire.WireError as e:
                 body = f"<undecodable: {e}>"
-            self._log("in", rank, header.type, step, len(frames[2]), body)
+            self.log_message("in", rank, header.type, step, len(frames[2]), body)
 
-    def _drop(self, rank: int, header: wire.Header, when: str = "") -> None:
+    def drop(self, rank: int, header: wire.Header, when: str = "") -> None:
         """Count and note a reply that is not joined: a duplicate of one already taken, or stale."""
         seen = self._answered.get(rank) == (header.epoch, header.step) or (
             header.epoch == self.epoch and self.last_record is not None
             and header.step == self.last_record.step and rank in self.last_record.rtt)
         what = "duplicate" if seen else "stale"
         self.totals[rank].dropped += 1
-        self._note(rank, f"dropped a {what} {header.type.name} from rank {rank} "
-                         f"(epoch {header.epoch}, step {header.step}){' ' + when if when else ''}")
+        self.note(rank, f"dropped a {what} {header.type.name} from rank {rank} "
+                        f"(epoch {header.epoch}, step {header.step}){' ' + when if when else ''}")
 
     def _decode(self, rank: int | None, kind: MsgType, body: bytes, step: int):
         try:
             return wire.decode_body(kind, body)
         except wire.WireError as e:
-            raise self._lost(rank, step, "protocol", f"sent a malformed {kind.name}: {e}") from None
+            raise self.lost(rank, step, "protocol", f"sent a malformed {kind.name}: {e}") from None
 
-    def _wait(self, deadline: float) -> tuple[list[int], list[list[bytes]]]:
-        """Wait for messages or a worker's death until the deadline; both, as they come."""
+    def wait(self, deadline: float) -> tuple[list[int], list[list[bytes]]]:
+        """Messages that came, and ranks whose process is gone, waiting at most until `deadline`.
+
+        A sentinel stays readable once its process exits, so it is unregistered
+        the first time: a dead rank is remembered, not polled in a busy loop.
+        """
         timeout = max(0.0, deadline - time.monotonic())
         if any(w.sentinel is None for w in self.workers.values()):
             timeout = min(timeout, 0.05)   # no pidfd: look at the processes often
         events = dict(self._poller.poll(int(timeout * 1000) + 1))
         messages = []
-        if self._sock in events:
+        if self.sock in events:
             while True:
                 try:
-                    messages.append(self._sock.recv_multipart(zmq.NOBLOCK))
+                    messages.append(self.sock.recv_multipart(zmq.NOBLOCK))
                 except zmq.Again:
                     break
-        dead = [r for r, w in self.workers.items()
-                if (w.sentinel in events if w.sentinel is not None else not w.alive())]
-        return dead, messages
+        for rank, w in self.workers.items():
+            if rank in self._dead:
+                continue
+            if (w.sentinel in events) if w.sentinel is not None else not w.alive():
+                self._dead.add(rank)
+                if w.sentinel is not None:
+                    self._poller.unregister(w.sentinel)
+        return [r for r in self._dead if r in self.workers], messages
 
     # -- sending, failing, noting ------------------------------------------------------
 
-    def _send(self, rank: int, kind: MsgType, step: int, body: bytes, decoded, *, quiet=False) -> None:
+    def send(self, rank: int, kind: MsgType, step: int, body: bytes, decoded, *, quiet=False) -> None:
         header = wire.encode_header(kind, self.epoch, step, rank, self.world_size)
         try:
-            self._sock.send_multipart([self.identity[rank], header, body])
+            self.sock.send_multipart([self.identity[rank], header, body])
         except (zmq.ZMQError, KeyError):
             if quiet:
                 return
-            raise self._lost(rank, step, "unreachable", "cannot be reached") from None
+            raise self.lost(rank, step, "unreachable", "cannot be reached") from None
         self.totals[rank].bytes_sent += len(header) + len(body)
-        self._log("out", rank, kind, step, len(body), decoded)
+        self.log_message("out", rank, kind, step, len(body), decoded)
 
-    def _lost(self, rank: int | None, step: int, reason: str, what: str, also=()) -> RankLost:
+    def lost(self, rank: int | None, step: int, reason: str, what: str, also=()) -> RankLost:
         """A RankLost blamed on `rank` (and the ranks `also`; None: every rank alike), logged."""
         w = self.workers.get(rank)
         detail = ""
@@ -400,28 +352,35 @@ class ProcessGroup:
         if self.last_record is not None and self.last_record.step == step:
             self.last_record.verdict = f"{who} lost ({reason})"
         ranks = tuple(range(self.world_size)) if rank is None else (rank, *also)
+        step = None if step < 0 else step
         if self.log:
             self.log.event("rank-lost", rank=rank, ranks=list(ranks), step=step, epoch=self.epoch,
                            reason=reason, message=message)
-        return RankLost(message, step=None if step < 0 else step, rank=rank, epoch=self.epoch,
-                        reason=reason, ranks=ranks)
+        return RankLost(message, step=step, rank=rank, epoch=self.epoch, reason=reason, ranks=ranks)
 
-    def _note(self, rank: int | None, text: str) -> None:
+    def note(self, rank: int | None, text: str) -> None:
         if self.last_record is not None:
             self.last_record.notes.append(text)
         if self.log:
             self.log.event("note", rank=rank, epoch=self.epoch, text=text)
 
-    def _log(self, direction: str, rank: int, kind: MsgType, step: int, num_bytes: int, body) -> None:
+    def log_message(self, direction: str, rank: int, kind: MsgType, step: int, num_bytes: int,
+                    body) -> None:
         if self.log:
             self.log.message(direction, rank, self.epoch, step, kind.name, num_bytes, body)
 
 
-def _block_interrupts():
-    """Hold SIGINT and SIGTERM (main thread only); returns the mask to restore, or None."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+class _interrupts_held:
+    """Hold SIGINT and SIGTERM (main thread only) until the block is done."""
+
+    def __enter__(self):
+        self.mask = None
+        if threading.current_thread() is threading.main_thread():
+            self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+    def __exit__(self, *exc):
+        if self.mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
 
 
 def _slot(slot) -> str:

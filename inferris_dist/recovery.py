@@ -96,12 +96,23 @@ class DistributedEngine(Engine):
                 self._recover(err, None)
 
     def _recover(self, err: EngineError, prepared):
-        if self.policy == "abort":
-            raise err
-        if self.num_restarts >= self.max_restarts:
-            err.message += f" (gave up after {self.num_restarts} restarts, --max-restarts {self.max_restarts})"
-            raise err
-        self.num_restarts += 1
+        """Restart what failed; a restart that fails is one more failure, within the budget."""
+        while True:
+            if self.policy == "abort":
+                raise err
+            if self.num_restarts >= self.max_restarts:
+                err.message += (f" (gave up after {self.num_restarts} restarts, "
+                                f"--max-restarts {self.max_restarts})")
+                raise err
+            self.num_restarts += 1
+            try:
+                return self._restart_after(err, prepared)
+            except RankLost as again:           # the replacement did not come up
+                if again.step is None:
+                    again.step = err.step
+                err = again
+
+    def _restart_after(self, err: EngineError, prepared):
         blamed = isinstance(err, (RankLost, ShardDivergence)) and err.rank is not None
         if blamed:
             # every rank found dead by now goes too: a fault on all ranks is one recovery, not N

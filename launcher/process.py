@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -41,10 +40,6 @@ class WorkerProcess:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
-
-    @property
-    def returncode(self) -> int | None:
-        return self.proc.poll()
 
     def exit_description(self) -> str:
         code = self.proc.poll()
@@ -79,10 +74,10 @@ class WorkerProcess:
 
 
 def spawn_workers(argv_for_rank: Callable[[int], Sequence[str]], world_size: int, secret: bytes,
-                  ranks: Sequence[int] | None = None, log_dir: Path | None = None,
+                  ranks: Sequence[int] | None, log_dir: Path,
                   env: dict | None = None) -> list[WorkerProcess]:
-    """Start one process per rank; each reads the hex secret from its stdin first."""
-    log_dir = log_dir or Path(tempfile.mkdtemp(prefix="inferris-dist-"))
+    """Start one process per rank (all when `ranks` is None); each reads the hex secret from
+    its stdin first and writes its stderr to a log in `log_dir` (the caller's to remove)."""
     workers = []
     try:
         for rank in (range(world_size) if ranks is None else ranks):
