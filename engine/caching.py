@@ -13,6 +13,35 @@ from .prefix import KeyTable, RadixCache
 from .request import Request
 
 
+class ReuseQueue:
+    """Phase 2's candidates, without re-matching every waiting request every step.
+
+    A RUNNING request with nothing computed and no pages is a candidate the
+    step it is admitted or preempted. One whose match found nothing waits on
+    its first block's key: it can hit only once a node with that key hangs
+    under the cache's root, and the cache reports every such insertion. A
+    prompt of page_size tokens or fewer can never reuse and never waits.
+    """
+
+    def __init__(self):
+        self._now: dict[int, Request] = {}
+        self._waiting: dict[int, dict[int, Request]] = {}
+
+    def add(self, req: Request) -> None:
+        self._now[req.index] = req
+
+    def wait(self, req: Request, first_key: int) -> None:
+        self._waiting.setdefault(first_key, {})[req.index] = req
+
+    def take(self, new_root_keys: list[int]) -> list[Request]:
+        """This step's candidates, in request order."""
+        for key in new_root_keys:
+            self._now.update(self._waiting.pop(key, {}))
+        ready = [self._now[i] for i in sorted(self._now)]
+        self._now.clear()
+        return ready
+
+
 def prefix_keys(req: Request, keys: KeyTable, page_size: int) -> list[int]:
     if req.prefix_keys is None:
         req.prefix_keys = keys.chain(req.tokens, page_size)

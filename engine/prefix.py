@@ -61,6 +61,7 @@ class RadixCache:
     def __init__(self):
         self.root = Node(ROOT_KEY, -1, None, ())
         self.node_of_page: dict[int, Node] = {}
+        self.new_root_keys: list[int] = []      # keys hung under ROOT since take_new_root_keys()
         self._evictable: list[tuple[tuple[int, ...], Node]] = []
 
     def __len__(self) -> int:
@@ -82,8 +83,14 @@ class RadixCache:
             depth += 1
         return pages, node, depth
 
+    def take_new_root_keys(self) -> list[int]:
+        keys, self.new_root_keys = self.new_root_keys, []
+        return keys
+
     def insert_below(self, node: Node, keys: list[int], pages: list[int], refs: list[int]) -> Node:
         """Hang a chain of new nodes (keys[i] holding pages[i]) under `node`; returns the last."""
+        if node is self.root and keys:
+            self.new_root_keys.append(keys[0])
         for key, page in zip(keys, pages):
             path = node.path + (node.num_children_made,)
             node.num_children_made += 1
@@ -91,7 +98,7 @@ class RadixCache:
             node.children[key] = child
             self.node_of_page[page] = child
             node = child
-        if refs[node.page] == 0:
+        if refs[node.page] == 0:      # publishing keeps it mapped; other callers may not
             self.note_unreferenced(node.page)
         return node
 

@@ -29,7 +29,7 @@ class SampleResult(StrEnum):
 
 class Request:
     __slots__ = ("index", "request_id", "tokens", "prompt", "max_new_tokens", "arrival_step",
-                 "eos_after", "accept_script", "state", "finish_reason", "generated", "computed",
+                 "eos_after", "state", "finish_reason", "generated", "computed",
                  "page_table", "draft_len", "num_verdicts", "prefix_keys", "cache_cursor",
                  "in_holders")
 
@@ -41,7 +41,6 @@ class Request:
         self.max_new_tokens = spec.max_new_tokens
         self.arrival_step = spec.arrival_step
         self.eos_after = spec.eos_after
-        self.accept_script = spec.accept_script
         self.state = State.WAITING
         self.finish_reason: FinishReason | None = None
         self.generated = 0
@@ -60,11 +59,6 @@ class Request:
     @property
     def remaining(self) -> int:
         return self.target - self.computed + self.draft_len
-
-    @property
-    def is_decoding(self) -> bool:
-        """Phase 3: the frontier sits on the last sampled token."""
-        return self.generated >= 1 and self.computed == self.prompt + self.generated - 1
 
     def summary(self) -> dict:
         return {"request_id": self.request_id, "state": str(self.state), "generated": self.generated,

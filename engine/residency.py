@@ -58,12 +58,9 @@ def make_resident(work: Work, pool: PagePool, cache: RadixCache, holders: Holder
         raise Irreducible(f"{anchor.request_id} alone outgrows the pool: needs "
                           f"{pages_needed(anchor.computed + anchor_tokens, page_size)} pages, "
                           f"the pool has {pool.num_pages}")
+    # The shortfall changes only when a victim leaves the work: kept, not recounted.
+    shortfall = sum(_short(req, n, page_size) for req, n, _ in work)
     while True:
-        shortfall = 0
-        for req, n, _ in work:
-            short = pages_needed(req.computed + n, page_size) - len(req.page_table)
-            if short > 0:
-                shortfall += short
         if shortfall <= pool.num_free:
             _extend(work, pool, holders)
             return
@@ -74,9 +71,14 @@ def make_resident(work: Work, pool: PagePool, cache: RadixCache, holders: Holder
             raise OutOfPages(f"no request left to preempt for {shortfall} pages "
                              f"({pool.num_free} free)")
         if work[-1][0] is victim:
-            work.pop()
+            shortfall -= _short(victim, work.pop()[1], page_size)
         preempt(victim, pool)
         preempted.append(victim)
+
+
+def _short(req: Request, num_tokens: int, page_size: int) -> int:
+    """Pages the request lacks for this step's tokens."""
+    return max(0, pages_needed(req.computed + num_tokens, page_size) - len(req.page_table))
 
 
 def _extend(work: Work, pool: PagePool, holders: Holders) -> None:

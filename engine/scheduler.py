@@ -49,8 +49,8 @@ class Scheduler:
         budget = max_step_tokens
         work = []
         for req in self.running:
-            decode = req.generated >= 1 and req.computed == req.prompt + req.generated - 1
-            req.draft_len = speculation.draft_len(req, spec_len) if decode else 0
+            decode = speculation.is_decoding(req)
+            req.draft_len = speculation.draft_len(req, spec_len, decode)
             n = min(req.prompt + req.generated - req.computed + req.draft_len, budget)
             if n > 0:
                 work.append((req, n, decode))

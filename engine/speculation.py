@@ -10,11 +10,16 @@ from .pool import PagePool, pages_needed
 from .request import Request
 
 
-def draft_len(req: Request, spec_len: int) -> int:
-    """Phase 3. Decoding is decided by the frontier, not by `computed >= prompt` (SPEC §5)."""
-    if req.generated >= 1 and req.computed == req.prompt + req.generated - 1:
-        return min(spec_len, req.max_new_tokens - req.generated - 1)
-    return 0
+def is_decoding(req: Request) -> bool:
+    """Phase 3: the frontier sits on the last sampled token (not `computed >= prompt`, SPEC §5)."""
+    return req.generated >= 1 and req.computed == req.prompt + req.generated - 1
+
+
+def draft_len(req: Request, spec_len: int, decoding: bool | None = None) -> int:
+    """Phase 3: a decoding request asks for up to spec_len drafts, any other for none."""
+    if decoding is None:
+        decoding = is_decoding(req)
+    return min(spec_len, req.max_new_tokens - req.generated - 1) if decoding else 0
 
 
 def resolve(req: Request, num_tokens: int, accepted: int, pool: PagePool) -> tuple[int, int, int]:

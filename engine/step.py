@@ -54,7 +54,7 @@ class Engine:
         self.step_id = 0
         self.num_unfinished = len(self.requests)
         self.scheduler = Scheduler(self.requests)
-        self._unplaced: dict[int, Request] = {}    # RUNNING, computed 0, no pages: phase 2's candidates
+        self._reuse_queue = caching.ReuseQueue()
         self._holders = Holders()
 
     @property
@@ -78,11 +78,7 @@ class Engine:
 
     def prepare(self) -> PreparedStep:
         step = self.step_id
-        try:
-            admitted = self._admit(step)
-        except EngineError as e:
-            e.step = step
-            raise
+        admitted = self._admit(step)
         return self._plan(step, [r.request_id for r in admitted])
 
     def _plan(self, step: int, admitted: list[str]) -> PreparedStep:
@@ -99,9 +95,7 @@ class Engine:
             e.step = step
             raise
         for req in preempted:
-            self._unplaced[req.index] = req
-        for req, _, _ in work:
-            self._unplaced.pop(req.index, None)
+            self._reuse_queue.add(req)
         plan = build_plan(step, work, self.config.page_size)
         return PreparedStep(step, plan, work, admitted, scheduled,
                             [r.request_id for r in preempted], reused, evicted)
@@ -121,19 +115,22 @@ class Engine:
     def _admit(self, step: int) -> list[Request]:
         arrived = self.scheduler.admit(step)
         for req in arrived:
-            self._unplaced[req.index] = req
+            self._reuse_queue.add(req)
         return arrived
 
     def _reuse(self) -> dict[str, int]:
         """Phase 2, for every RUNNING request with nothing computed and no pages."""
         reused = {}
-        for index in sorted(self._unplaced):
-            req = self._unplaced[index]
+        page_size = self.config.page_size
+        for req in self._reuse_queue.take(self.cache.take_new_root_keys()):
+            if req.state is not State.RUNNING or req.page_table or req.computed:
+                continue                      # placed since it began to wait
             computed = caching.reuse(req, self.cache, self.pool, self.keys)
             if computed:
                 reused[req.request_id] = computed
                 self._holders.add(req)
-                del self._unplaced[index]
+            elif req.prompt > page_size:
+                self._reuse_queue.wait(req, caching.prefix_keys(req, self.keys, page_size)[0])
         return reused
 
     def drop_all_pages(self) -> list[str]:
@@ -142,7 +139,7 @@ class Engine:
         for req in self.scheduler.running:
             if req.page_table:
                 preempt(req, self.pool)
-                self._unplaced[req.index] = req
+                self._reuse_queue.add(req)
                 lost.append(req.request_id)
         for page in self.cache.clear():
             self.pool.free(page)

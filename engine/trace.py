@@ -1,7 +1,6 @@
 """The trace (SPEC §4): one record per step, fields in SPEC order, and the summary."""
 from __future__ import annotations
 
-import json
 from typing import NamedTuple
 
 
@@ -28,7 +27,3 @@ class StepTrace(NamedTuple):
         """Nothing happened (a step while requests are still to arrive)."""
         return not any(self[1:])
 
-
-def dumps(obj) -> str:
-    """One JSON line, as the golden files write it."""
-    return json.dumps(obj)

@@ -6,6 +6,7 @@ import pytest
 
 from engine import Engine, PagePool, State, load_workload, run_workload, verdict
 from engine.request import Request
+from engine import speculation
 from engine.speculation import draft_len, resolve
 from engine.workload import RequestSpec
 
@@ -36,7 +37,7 @@ def make_request(prompt, max_new, generated=0, computed=0, eos_after=None):
 def test_draft_len_rule(prompt, max_new, generated, computed, spec_len, want):
     req = make_request(prompt, max_new, generated, computed)
     assert draft_len(req, spec_len) == want
-    assert req.is_decoding == (generated >= 1 and computed == prompt + generated - 1)
+    assert speculation.is_decoding(req) == (generated >= 1 and computed == prompt + generated - 1)
 
 
 def test_golden_recompute_window_terminates_with_the_fixed_rule():
