@@ -1,7 +1,7 @@
 """Workloads (SPEC §1): the engine's configuration and its requests, validated.
 
-`load_workload` is the one door in: it takes a dict, a JSON string path or a
-file path, applies every rule of SPEC §1 and returns a frozen `Workload`, or
+`load_workload` is the one door in: it takes a dict or the path of a JSON
+file, applies every rule of SPEC §1 and returns a frozen `Workload`, or
 raises `WorkloadError` with one line naming the key, the request and the value.
 """
 from __future__ import annotations
@@ -13,14 +13,17 @@ from typing import Any
 
 from .errors import WorkloadError
 
-# key -> (default, smallest allowed value)
-ENGINE_KEYS: dict[str, tuple[int, int]] = {
-    "max_step_tokens": (8, 1),
-    "page_size": (4, 1),
-    "num_pages": (8, 1),
-    "spec_len": (0, 0),
-    "world_size": (1, 1),
+# key -> smallest allowed value (the defaults are EngineConfig's)
+ENGINE_KEYS: dict[str, int] = {
+    "max_step_tokens": 1,
+    "page_size": 1,
+    "num_pages": 1,
+    "spec_len": 0,
+    "world_size": 1,
 }
+# Far beyond any workload this engine is for, and short of exhausting memory.
+MAX_VALUE = 1 << 24
+MAX_WORLD_SIZE = 256
 REQUEST_KEYS = ("request_id", "tokens", "prompt_len", "max_new_tokens", "arrival_step",
                 "eos_after", "accept_script")
 TOP_KEYS = ("engine", "requests", "faults")
@@ -98,6 +101,8 @@ def parse_json(text: str, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise WorkloadError(f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise WorkloadError(f"{what} is nested too deeply to be a workload") from None
 
 
 def parse_workload(data: Any) -> Workload:
@@ -168,13 +173,13 @@ def _parse_request(index: int, raw: Any) -> RequestSpec:
 def _check_engine_value(key: str, value: Any) -> None:
     if key not in ENGINE_KEYS:
         raise WorkloadError(f"unknown engine key {key!r}")
-    _int_at_least(value, ENGINE_KEYS[key][1], "engine", key)
+    _int_at_least(value, ENGINE_KEYS[key], "engine", key, MAX_WORLD_SIZE if key == "world_size" else MAX_VALUE)
 
 
-def _int_at_least(value: Any, low: int, where: str, key: str) -> int:
-    if not _is_int(value) or value < low:
+def _int_at_least(value: Any, low: int, where: str, key: str, high: int = MAX_VALUE) -> int:
+    if not _is_int(value) or not low <= value <= high:
         rel = "> 0" if low == 1 else f">= {low}"
-        raise WorkloadError(f"{where}: '{key}' must be an integer {rel}, got {_show(value)}")
+        raise WorkloadError(f"{where}: '{key}' must be an integer {rel} and <= {high}, got {_show(value)}")
     return value
 
 

@@ -1,7 +1,8 @@
 """The `inferris-dist` command line.
 
 Exit status: 0 done, 1 the engine or a rank failed (diagnosis printed),
-2 bad input (one line on stderr), 130 interrupted. No traceback reaches a user.
+2 bad input (one line on stderr), 130 interrupted, 143 terminated. No
+traceback reaches a user.
 """
 from __future__ import annotations
 
@@ -16,30 +17,10 @@ import zmq
 from engine import Engine, EngineError, WorkloadError
 
 from . import cmd_launch, render
+from .cliargs import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, Parser,
+                      UsageError, int_arg, seconds_arg)
 from .mechanisms import MECHANISMS
 from .workloads import REQUEST_FORMAT, workload_from_flags
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-
-class UsageError(Exception):
-    pass
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line and exit status 2."""
-
-    def error(self, message: str):
-        raise UsageError(f"{self.prog}: {message}")
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"want an integer, got {text!r}") from None
-    return value
-
 
 def add_workload_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload (default: the built-in demo)")
@@ -47,7 +28,7 @@ def add_workload_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--request", action="append", metavar=REQUEST_FORMAT,
                    help="add a request (repeatable; exclusive with --spec)")
     for knob in ("max-step-tokens", "page-size", "num-pages", "spec-len", "world-size"):
-        g.add_argument(f"--{knob}", type=positive_int, metavar="N",
+        g.add_argument(f"--{knob}", type=int_arg, metavar="N",
                        help="override the workload's engine value")
 
 
@@ -74,13 +55,14 @@ def build_parser() -> Parser:
     cmd_launch.add_launch_flags(la)
     co = sub.add_parser("compare", help="run in process and on worker processes; diff the traces")
     add_workload_flags(co)
-    co.add_argument("--step-timeout", type=float, default=10.0, metavar="SECONDS")
+    co.add_argument("--step-timeout", type=seconds_arg, default=10.0, metavar="SECONDS",
+                    help="a rank that has not answered by then is lost (default 10)")
     wo = sub.add_parser("worker", help="a rank worker (started by launch; reads its secret on stdin)")
     wo.add_argument("worker_args", nargs="*", help="--rank R --world-size N --connect ADDR --parent-pid PID")
     return p
 
 
-def cmd_run(args, default_name: str = "run") -> int:
+def cmd_run(args) -> int:
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
     return run_in_process(workload, name, args.json)
 
@@ -137,8 +119,6 @@ def cmd_mechs(args) -> int:
 
 def cmd_launch_(args) -> int:
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
-    if args.step_timeout <= 0:
-        raise UsageError("inferris-dist launch: --step-timeout must be > 0")
     if args.audit_every < 0:
         raise UsageError("inferris-dist launch: --audit-every must be >= 0")
     if args.max_restarts < 0:
@@ -182,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         status = EXIT_INTERRUPTED
     except Terminated:
         sys.stderr.write("inferris-dist: terminated\n")
-        status = 143
+        status = EXIT_TERMINATED
     except BrokenPipeError:
         # The reader went away (| head): stop quietly, without a second error at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

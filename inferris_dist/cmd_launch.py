@@ -9,14 +9,14 @@ import time
 from engine import EngineError, WorkloadError, run_workload, trace_lines
 
 from . import render
+from .cliargs import EXIT_FAILED, EXIT_OK, seconds_arg
 from .launch import launch
 from .recovery import POLICIES
 
-EXIT_OK, EXIT_FAILED = 0, 1
 
 
 def add_launch_flags(p) -> None:
-    p.add_argument("--step-timeout", type=float, default=10.0, metavar="SECONDS",
+    p.add_argument("--step-timeout", type=seconds_arg, default=10.0, metavar="SECONDS",
                    help="a rank that has not answered by then is lost (default 10)")
     p.add_argument("--fault", action="append", default=[], metavar="RANK:KIND@STEP[+][:ARG]",
                    help="inject a fault (repeatable), e.g. 1:crash@3, all:delay@2+:0.5")

@@ -53,6 +53,3 @@ class WireLog:
 
     def _write(self, obj: dict) -> None:
         self.stream.write(json.dumps(obj) + "\n")
-
-    def close(self) -> None:
-        self.stream.close()

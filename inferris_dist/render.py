@@ -96,13 +96,13 @@ class StepPrinter:
         self.style = style
         self._idle: tuple[int, int] | None = None
 
-    def step(self, t: StepTrace, extra: str = "") -> None:
-        if t.is_empty and not extra:
+    def step(self, t: StepTrace) -> None:
+        if t.is_empty:
             first = self._idle[0] if self._idle else t.step
             self._idle = (first, t.step)
             return
         self.flush()
-        self.out.write(step_line(t, self.style) + extra + "\n")
+        self.out.write(step_line(t, self.style) + "\n")
 
     def flush(self) -> None:
         if self._idle:
