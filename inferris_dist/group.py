@@ -6,10 +6,8 @@ watching each worker's process sentinel so a death is seen at once, not at
 the deadline; then it joins the N answers with engine's exact-agreement rule.
 Lockstep: `execute` returns (or raises) before the next plan can go out.
 
-Messages of another epoch or step are stale, a second answer from a rank is a
-duplicate: both are counted and dropped, never joined. A message that does
-not decode, or names another rank than its sender, is a protocol error
-blamed on the rank that sent it. Admitting workers is handshake.py's part.
+Admitting workers is handshake.py's part; sending, gathering and blaming
+are channel.py's.
 """
 from __future__ import annotations
 
@@ -25,53 +23,41 @@ from typing import Sequence
 
 import zmq
 
-from engine import (EngineError, ExecutionPlan, ExecutionResult, RankExecutionResult, RankLost,
-                    Workload, join)
+from engine import EngineError, ExecutionPlan, ExecutionResult, RankExecutionResult, Workload, join
 from engine.errors import ShardDivergence
 from engine.group import accept_scripts
 from engine.shard import SlotStore, first_mismatch
 from launcher import WorkerProcess, stop_workers
 
 from . import wire
+from .channel import RankChannel
 from .faults import Fault
 from .handshake import admit_ranks
-from .observe import RankTotals, StepRecord, WireLog
+from .observe import StepRecord, WireLog
 from .wire import MsgType
 
 LOOPBACK = "tcp://127.0.0.1"
 
 
-class ProcessGroup:
+class ProcessGroup(RankChannel):
     def __init__(self, workload: Workload, world_size: int | None = None, *,
                  step_timeout: float = 10.0, start_timeout: float = 20.0,
                  faults: Sequence[Fault] = (), wire_log: WireLog | None = None,
                  bind: str = LOOPBACK):
         cfg = workload.config
-        self.world_size = world_size or cfg.world_size
+        super().__init__(world_size or cfg.world_size, step_timeout, wire_log)
         wire.check_fits(workload)
         self.num_pages, self.page_size = cfg.num_pages, cfg.page_size
         self.accept_scripts = accept_scripts(workload)
-        self.step_timeout = step_timeout
         self.start_timeout = start_timeout
         self.faults = list(faults)
-        self.log = wire_log
         self.bind = bind
-        self.epoch = 0
         self.address = ""
         self.secret = secrets.token_bytes(32)
-        self.workers: dict[int, WorkerProcess] = {}
-        self.identity: dict[int, bytes] = {}
-        self.rank_of: dict[bytes, int] = {}
-        self.totals = {r: RankTotals() for r in range(self.world_size)}
         self.rank_pids: dict[int, list[int]] = {r: [] for r in range(self.world_size)}  # oldest first
-        self.last_record: StepRecord | None = None
         self.attempts: deque[StepRecord] = deque(maxlen=64)   # since take_attempts()
-        self._answered: dict[int, tuple[int, int]] = {}   # rank -> (epoch, step) last joined
-        self._dead: set[int] = set()                      # ranks whose process has exited
-        self.sock = None
         self.log_dir: Path | None = None
         self._ctx: zmq.Context | None = None
-        self._poller = zmq.Poller()
 
     @property
     def pids_started(self) -> list[int]:
@@ -179,13 +165,13 @@ class ProcessGroup:
         for rank in range(self.world_size):
             sent_at[rank] = time.monotonic()
             self.send(rank, MsgType.PLAN, plan.step, body, plan)
-        got = self._gather(MsgType.RESULT, plan.step, sent_at, record)
+        got = self.gather(MsgType.RESULT, plan.step, sent_at, record)
         bodies = [got[r][1] for r in range(self.world_size)]
         if all(b == bodies[0] for b in bodies):
             blame = 0 if self.world_size == 1 else None      # the same bad bytes from every rank
-            outcomes = [self._decode(blame, MsgType.RESULT, bodies[0], plan.step)] * self.world_size
+            outcomes = [self.decode(blame, MsgType.RESULT, bodies[0], plan.step)] * self.world_size
         else:
-            outcomes = [self._decode(r, MsgType.RESULT, bodies[r], plan.step) for r in range(self.world_size)]
+            outcomes = [self.decode(r, MsgType.RESULT, bodies[r], plan.step) for r in range(self.world_size)]
         results = [RankExecutionResult(got[r][0].rank, got[r][0].world_size, got[r][0].step, outcomes[r])
                    for r in range(self.world_size)]
         try:
@@ -214,9 +200,9 @@ class ProcessGroup:
         for rank in range(self.world_size):
             sent_at[rank] = time.monotonic()
             self.send(rank, MsgType.AUDIT, step, wire.encode_body(MsgType.AUDIT, ()), ())
-        got = self._gather(MsgType.SHARD, step, sent_at, None)
+        got = self.gather(MsgType.SHARD, step, sent_at, None)
         for rank in range(self.world_size):
-            snapshot = self._decode(rank, MsgType.SHARD, got[rank][1], step)
+            snapshot = self.decode(rank, MsgType.SHARD, got[rank][1], step)
             miss = first_mismatch(held, dict(snapshot))
             if miss is not None:
                 page, offset, want, have = miss
@@ -228,147 +214,6 @@ class ProcessGroup:
                     self.log.event("audit-failed", rank=rank, step=step, epoch=self.epoch,
                                    page=page, offset=offset, message=err.message)
                 raise err
-
-    # -- gathering ---------------------------------------------------------------------
-
-    def _gather(self, expect: MsgType, step: int, sent_at: dict[int, float],
-                record: StepRecord | None) -> dict[int, tuple[wire.Header, bytes]]:
-        deadline = min(sent_at.values()) + self.step_timeout
-        got: dict[int, tuple[wire.Header, bytes]] = {}
-        while len(got) < self.world_size:
-            dead, messages = self.wait(deadline)
-            for frames in messages:
-                self._take(frames, expect, step, got, sent_at, record)
-            for rank in dead:
-                if rank not in got:
-                    raise self.lost(rank, step, "died", f"died before answering step {step}")
-            if len(got) < self.world_size and time.monotonic() >= deadline:
-                silent = sorted(set(range(self.world_size)) - set(got))
-                raise self.lost(silent[0], step, "timeout",
-                                f"gave no answer to step {step} within {self.step_timeout:g} s",
-                                also=silent[1:])
-        return got
-
-    def _take(self, frames, expect, step, got, sent_at, record) -> None:
-        rank = self.rank_of.get(frames[0])
-        if rank is None:
-            self.note(None, "dropped a message from an unknown peer")
-            return
-        try:
-            if len(frames) != 3:
-                raise wire.WireError(f"a message of {len(frames) - 1} frame(s), not 2")
-            header = wire.decode_header(frames[1])
-        except wire.WireError as e:
-            raise self.lost(rank, step, "protocol", f"broke the protocol: {e}") from None
-        if header.rank != rank:
-            raise self.lost(rank, step, "protocol", f"broke the protocol: its message names rank {header.rank}")
-        current = header.type is expect and header.epoch == self.epoch and header.step == step
-        if rank in got or not current:
-            self.drop(rank, header)
-            return
-        got[rank] = (header, frames[2])
-        totals = self.totals[rank]
-        totals.bytes_received += len(frames[2]) + len(frames[1])
-        if record is not None:
-            rtt = time.monotonic() - sent_at[rank]
-            record.rtt[rank] = rtt
-            record.result_bytes[rank] = len(frames[2])
-            totals.rtts.append(rtt)
-            totals.steps += 1
-        if self.log:
-            try:
-                body = wire.decode_body(header.type, frames[2])
-            except wire.WireError as e:
-                body = f"<undecodable: {e}>"
-            self.log_message("in", rank, header.type, step, len(frames[2]), body)
-
-    def drop(self, rank: int, header: wire.Header, when: str = "") -> None:
-        """Count and note a reply that is not joined: a duplicate of one already taken, or stale."""
-        seen = self._answered.get(rank) == (header.epoch, header.step) or (
-            header.epoch == self.epoch and self.last_record is not None
-            and header.step == self.last_record.step and rank in self.last_record.rtt)
-        what = "duplicate" if seen else "stale"
-        self.totals[rank].dropped += 1
-        self.note(rank, f"dropped a {what} {header.type.name} from rank {rank} "
-                        f"(epoch {header.epoch}, step {header.step}){' ' + when if when else ''}")
-
-    def _decode(self, rank: int | None, kind: MsgType, body: bytes, step: int):
-        try:
-            return wire.decode_body(kind, body)
-        except wire.WireError as e:
-            raise self.lost(rank, step, "protocol", f"sent a malformed {kind.name}: {e}") from None
-
-    def wait(self, deadline: float) -> tuple[list[int], list[list[bytes]]]:
-        """Messages that came, and ranks whose process is gone, waiting at most until `deadline`.
-
-        A sentinel stays readable once its process exits, so it is unregistered
-        the first time: a dead rank is remembered, not polled in a busy loop.
-        """
-        timeout = max(0.0, deadline - time.monotonic())
-        if any(w.sentinel is None for w in self.workers.values()):
-            timeout = min(timeout, 0.05)   # no pidfd: look at the processes often
-        events = dict(self._poller.poll(int(timeout * 1000) + 1))
-        messages = []
-        if self.sock in events:
-            while True:
-                try:
-                    messages.append(self.sock.recv_multipart(zmq.NOBLOCK))
-                except zmq.Again:
-                    break
-        for rank, w in self.workers.items():
-            if rank in self._dead:
-                continue
-            if (w.sentinel in events) if w.sentinel is not None else not w.alive():
-                self._dead.add(rank)
-                if w.sentinel is not None:
-                    self._poller.unregister(w.sentinel)
-        return [r for r in self._dead if r in self.workers], messages
-
-    # -- sending, failing, noting ------------------------------------------------------
-
-    def send(self, rank: int, kind: MsgType, step: int, body: bytes, decoded, *, quiet=False) -> None:
-        header = wire.encode_header(kind, self.epoch, step, rank, self.world_size)
-        try:
-            self.sock.send_multipart([self.identity[rank], header, body])
-        except (zmq.ZMQError, KeyError):
-            if quiet:
-                return
-            raise self.lost(rank, step, "unreachable", "cannot be reached") from None
-        self.totals[rank].bytes_sent += len(header) + len(body)
-        self.log_message("out", rank, kind, step, len(body), decoded)
-
-    def lost(self, rank: int | None, step: int, reason: str, what: str, also=()) -> RankLost:
-        """A RankLost blamed on `rank` (and the ranks `also`; None: every rank alike), logged."""
-        w = self.workers.get(rank)
-        detail = ""
-        if w is not None and reason in ("died", "unreachable"):
-            w.proc.poll()
-            detail = f" ({w.exit_description()}"
-            words = w.last_words()
-            detail += f"; its last words: {words})" if words else ")"
-        who = ("every rank" if rank is None else f"rank {rank}" if not also
-               else "ranks " + ", ".join(map(str, (rank, *also))))
-        message = f"{who} {what}{detail}"
-        if self.last_record is not None and self.last_record.step == step:
-            self.last_record.verdict = f"{who} lost ({reason})"
-        ranks = tuple(range(self.world_size)) if rank is None else (rank, *also)
-        step = None if step < 0 else step
-        if self.log:
-            self.log.event("rank-lost", rank=rank, ranks=list(ranks), step=step, epoch=self.epoch,
-                           reason=reason, message=message)
-        return RankLost(message, step=step, rank=rank, epoch=self.epoch, reason=reason, ranks=ranks)
-
-    def note(self, rank: int | None, text: str) -> None:
-        if self.last_record is not None:
-            self.last_record.notes.append(text)
-        if self.log:
-            self.log.event("note", rank=rank, epoch=self.epoch, text=text)
-
-    def log_message(self, direction: str, rank: int, kind: MsgType, step: int, num_bytes: int,
-                    body) -> None:
-        if self.log:
-            self.log.message(direction, rank, self.epoch, step, kind.name, num_bytes, body)
-
 
 class _interrupts_held:
     """Hold SIGINT and SIGTERM (main thread only) until the block is done."""
