@@ -124,7 +124,8 @@ def cmd_launch_(args) -> int:
     if args.max_restarts < 0:
         raise UsageError("inferris-dist launch: --max-restarts must be >= 0")
     return cmd_launch.run_launch(workload, name, args.json, args.step_timeout, args.wire_log,
-                                 args.fault, args.audit_every, args.on_rank_loss, args.max_restarts)
+                                 args.fault, args.audit_every, args.on_rank_loss, args.max_restarts,
+                                 args.timeline)
 
 
 def cmd_compare(args) -> int:

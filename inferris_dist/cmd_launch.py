@@ -12,6 +12,7 @@ from . import render
 from .cliargs import EXIT_FAILED, EXIT_OK, seconds_arg
 from .launch import launch
 from .recovery import POLICIES
+from .timeline import Timeline
 
 
 
@@ -20,6 +21,9 @@ def add_launch_flags(p) -> None:
                    help="a rank that has not answered by then is lost (default 10)")
     p.add_argument("--fault", action="append", default=[], metavar="RANK:KIND@STEP[+][:ARG]",
                    help="inject a fault (repeatable), e.g. 1:crash@3, all:delay@2+:0.5")
+    p.add_argument("--timeline", metavar="FILE",
+                   help="write a Chrome trace (chrome://tracing, ui.perfetto.dev): scheduler "
+                        "phases and each rank's round trips")
     p.add_argument("--audit-every", type=int, default=0, metavar="K",
                    help="audit every rank's shard every K steps (always at the end)")
     p.add_argument("--on-rank-loss", choices=POLICIES, default="abort",
@@ -31,7 +35,7 @@ def add_launch_flags(p) -> None:
 
 def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log: str | None,
                faults: list[str], audit_every: int, on_rank_loss: str = "abort",
-               max_restarts: int = 3) -> int:
+               max_restarts: int = 3, timeline_path: str | None = None) -> int:
     out = sys.stdout
     style = render.use_color(out)
     printer = render.StepPrinter(out, style)
@@ -41,16 +45,13 @@ def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log
     pids: dict[int, int] = {}
     status = EXIT_OK
     failure = None
-    log_stream = None
-    if wire_log is not None:
-        try:
-            log_stream = open(wire_log, "w")
-        except OSError as e:
-            raise WorkloadError(f"--wire-log {wire_log}: {e.strerror or e}") from None
+    log_stream = _open_for_writing(wire_log, "--wire-log")
+    timeline_stream = _open_for_writing(timeline_path, "--timeline")
+    timeline = Timeline() if timeline_stream is not None else None
     try:
         with launch(workload, step_timeout=step_timeout, faults=faults, audit_every=audit_every,
                     on_rank_loss=on_rank_loss, max_restarts=max_restarts,
-                    wire_log=log_stream) as engine:
+                    wire_log=log_stream, timeline=timeline) as engine:
             group = engine.group
             pids = {r: w.pid for r, w in group.workers.items()}
             if not as_json:
@@ -91,6 +92,9 @@ def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log
     finally:
         if log_stream is not None:
             log_stream.close()
+        if timeline_stream is not None:
+            timeline.write(timeline_stream)
+            timeline_stream.close()
     if as_json:
         if status == EXIT_OK:
             out.write(json.dumps({"summary": engine.summary()}) + "\n")
@@ -107,6 +111,15 @@ def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log
         out.flush()
         render.write_error(failure, sys.stderr, render.use_color(sys.stderr))
     return status
+
+
+def _open_for_writing(path: str | None, flag: str):
+    if path is None:
+        return None
+    try:
+        return open(path, "w")
+    except OSError as e:
+        raise WorkloadError(f"{flag} {path}: {e.strerror or e}") from None
 
 
 def write_boundary(out, style, world_size: int, attempts, recoveries) -> None:

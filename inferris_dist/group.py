@@ -161,7 +161,7 @@ class ProcessGroup(RankChannel):
         body = wire.encode_body(MsgType.PLAN, plan)
         record = self.last_record = StepRecord(plan.step, self.epoch, len(body))
         self.attempts.append(record)
-        sent_at = {}
+        sent_at = record.sent
         for rank in range(self.world_size):
             sent_at[rank] = time.monotonic()
             self.send(rank, MsgType.PLAN, plan.step, body, plan)

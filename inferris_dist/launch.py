@@ -21,13 +21,15 @@ from .faults import parse_faults
 from .group import ProcessGroup
 from .observe import WireLog
 from .recovery import DistributedEngine
+from .timeline import Timeline
 
 
 @contextmanager
 def launch(workload: Workload | dict | str | Path, world_size: int | None = None, *,
            step_timeout: float = 10.0, faults: Sequence[str] = (), audit_every: int = 0,
            on_rank_loss: str = "abort", max_restarts: int = 3,
-           wire_log: str | Path | TextIO | None = None) -> Iterator[DistributedEngine]:
+           wire_log: str | Path | TextIO | None = None,
+           timeline: Timeline | None = None) -> Iterator[DistributedEngine]:
     """Start `world_size` rank workers, yield the engine driving them; stop them all on exit."""
     if not isinstance(workload, Workload):
         workload = load_workload(workload)
@@ -44,7 +46,9 @@ def launch(workload: Workload | dict | str | Path, world_size: int | None = None
     try:
         with ProcessGroup(workload, n, step_timeout=step_timeout, faults=fault_list,
                           wire_log=log) as group:
-            yield DistributedEngine(workload, group, audit_every, on_rank_loss, max_restarts)
+            engine = DistributedEngine(workload, group, audit_every, on_rank_loss, max_restarts)
+            engine.timeline = timeline
+            yield engine
     finally:
         if own_stream is not None:
             own_stream.close()

@@ -15,6 +15,7 @@ class StepRecord:
     step: int
     epoch: int
     plan_bytes: int
+    sent: dict[int, float] = field(default_factory=dict)         # rank -> monotonic send time
     rtt: dict[int, float] = field(default_factory=dict)          # rank -> seconds
     result_bytes: dict[int, int] = field(default_factory=dict)   # rank -> bytes
     verdict: str = ""                                            # "joined", or what went wrong

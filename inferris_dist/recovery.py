@@ -18,6 +18,7 @@ coming back exhausts `max_restarts` and ends as abort does.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -60,6 +61,7 @@ class DistributedEngine(Engine):
         self.num_restarts = 0
         self.recoveries: list[Recovery] = []       # since take_recoveries()
         self._preempted_between_steps: list[str] = []  # by a recompute after an audit: shown next step
+        self.timeline = None                       # a Timeline, to record where the time went
 
     def run(self) -> Iterator[StepTrace]:
         while not self.done:
@@ -74,18 +76,28 @@ class DistributedEngine(Engine):
         return recoveries
 
     def step(self) -> StepTrace:
-        prepared = self.prepare()
+        clock = self.timeline.span if self.timeline is not None else _no_span
+        with clock("scheduler", f"prepare {self.step_id}"):
+            prepared = self.prepare()
         if self._preempted_between_steps:
             prepared = prepared._replace(preempted=self._preempted_between_steps + prepared.preempted)
             self._preempted_between_steps = []
         while True:
             try:
-                return self.commit(prepared, self.group.execute(prepared.plan))
+                try:
+                    with clock("scheduler", f"execute {prepared.step}"):
+                        result = self.group.execute(prepared.plan)
+                finally:
+                    if self.timeline is not None and self.group.last_record is not None:
+                        self.timeline.attempt(self.group.last_record)
+                with clock("scheduler", f"commit {prepared.step}"):
+                    return self.commit(prepared, result)
             except RECOVERABLE as err:
                 err.step = prepared.step
                 if err.epoch is None:
                     err.epoch = self.group.epoch
-                prepared = self._recover(err, prepared)
+                with clock("scheduler", f"recover {prepared.step}"):
+                    prepared = self._recover(err, prepared)
 
     def audit(self, step: int) -> None:
         """Every rank's shard against the pool; a divergent rank is recovered like a lost one."""
@@ -139,4 +151,12 @@ class DistributedEngine(Engine):
         self.recoveries.append(Recovery(step, failed_epoch, err.kind, err.rank, err.message,
                                         self.policy, tuple(ranks), tuple(pids), pages,
                                         tuple(preempted), in_audit=prepared is None))
+        if self.timeline is not None:
+            self.timeline.instant(f"{self.policy}: {err.kind}", step=step, epoch=failed_epoch,
+                                  ranks=list(ranks), message=err.message)
         return prepared
+
+
+@contextmanager
+def _no_span(lane: str, name: str):
+    yield
