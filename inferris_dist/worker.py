@@ -125,7 +125,10 @@ class Worker:
             header, body = self.recv()
             self.epoch = header.epoch      # the scheduler's epoch moves when the group restarts
             if header.type is MsgType.PLAN:
-                self.answer(body)
+                try:
+                    self.answer(body)
+                except Exception as e:   # a plan this rank cannot carry out: its last words say why
+                    fail(f"rank {self.rank}: cannot execute step {body.step}: {type(e).__name__}: {e}")
             elif header.type is MsgType.AUDIT:
                 self.send(MsgType.SHARD, header.step,
                           wire.encode_body(MsgType.SHARD, self.executor.shard.snapshot()))
