@@ -27,7 +27,7 @@ __all__ = [
     "LocalGroup", "OutOfPages", "PagePool", "PlanItem", "PreparedStep", "RankExecutionResult",
     "RankExecutor", "RankLost", "Request", "RequestSpec", "SampleResult", "State", "StepTrace",
     "Workload", "WorkloadError", "accept_scripts", "expand_placements", "join", "load_workload",
-    "page_spans", "pages_needed", "parse_workload", "placement_pages", "run_workload", "trace_lines", "verdict",
+    "page_spans", "pages_needed", "parse_workload", "placement_pages", "run_workload", "trace_lines", "trace_objects", "verdict",
 ]
 
 
@@ -38,12 +38,16 @@ def run_workload(workload, executor=None) -> list[dict]:
 
 def trace_lines(engine: Engine) -> list[dict]:
     """Run an engine to the end; its SPEC §4 lines (the steps, then the summary or the error)."""
-    lines: list[dict] = []
+    return list(trace_objects(engine))
+
+
+def trace_objects(engine: Engine):
+    """Run an engine, yielding its SPEC §4 lines as they happen: each step, then the
+    summary, or the error object where a step fails."""
     try:
         for trace in engine.run():
-            lines.append(trace.to_json())
+            yield trace.to_json()
     except EngineError as e:
-        lines.append(e.to_json())
-        return lines
-    lines.append({"summary": engine.summary()})
-    return lines
+        yield e.to_json()
+        return
+    yield {"summary": engine.summary()}

@@ -5,7 +5,7 @@ RESULTs, the audit's AUDIT and SHARDs, the handshake's waits). Replies of
 another epoch or step are stale and a second one from a rank is a duplicate:
 both are counted and noted, never used. A reply that does not decode, or
 names another rank than its sender, is a protocol error blamed on the rank
-that sent it; a rank whose process exits is seen at once through its
+that sent it (a body is decoded, and logged, by whoever uses it); a rank whose process exits is seen at once through its
 sentinel; one that stays silent is lost at the deadline.
 """
 from __future__ import annotations
@@ -84,12 +84,6 @@ class RankChannel:
             record.result_bytes[rank] = len(frames[2])
             totals.rtts.append(rtt)
             totals.steps += 1
-        if self.log:
-            try:
-                body = wire.decode_body(header.type, frames[2])
-            except wire.WireError as e:
-                body = f"<undecodable: {e}>"
-            self.log_message("in", rank, header.type, step, len(frames[2]), body)
 
     def drop(self, rank: int, header: wire.Header, when: str = "") -> None:
         """Count and note a reply that is not joined: a duplicate of one already taken, or stale."""

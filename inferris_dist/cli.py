@@ -14,7 +14,7 @@ import sys
 
 import zmq
 
-from engine import Engine, EngineError, WorkloadError
+from engine import Engine, EngineError, WorkloadError, trace_objects
 
 from . import cmd_launch, render
 from .cliargs import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, Parser,
@@ -78,34 +78,28 @@ def run_in_process(workload, name: str, as_json: bool) -> int:
         sys.stderr.write(f"inferris-dist: note: the workload's faults ({', '.join(workload.faults)}) "
                          f"act on worker processes; run them with `inferris-dist launch`\n")
     engine = Engine(workload)
+    if as_json:
+        last = {}
+        for last in trace_objects(engine):
+            out.write(json.dumps(last) + "\n")
+        return EXIT_FAILED if "error" in last else EXIT_OK
     style = render.use_color(out)
-    printer = None
-    if not as_json:
-        out.write(render.header(workload, name) + "\n")
-        printer = render.StepPrinter(out, style)
+    out.write(render.header(workload, name) + "\n")
+    printer = render.StepPrinter(out, style)
     num_steps = 0
     try:
         for trace in engine.run():
             num_steps += 1
-            if as_json:
-                out.write(json.dumps(trace._asdict()) + "\n")
-            else:
-                printer.step(trace)
+            printer.step(trace)
     except EngineError as err:
-        if as_json:
-            out.write(json.dumps(err.to_json()) + "\n")
-        else:
-            printer.flush()
-            out.write(render.request_table(engine.summary(), style) + "\n")
-            out.flush()
-            render.write_error(err, sys.stderr, render.use_color(sys.stderr))
-        return EXIT_FAILED
-    if as_json:
-        out.write(json.dumps({"summary": engine.summary()}) + "\n")
-    else:
         printer.flush()
         out.write(render.request_table(engine.summary(), style) + "\n")
-        out.write(render.closing_line(num_steps, engine.summary()) + "\n")
+        out.flush()
+        render.write_error(err, sys.stderr, render.use_color(sys.stderr))
+        return EXIT_FAILED
+    printer.flush()
+    out.write(render.request_table(engine.summary(), style) + "\n")
+    out.write(render.closing_line(num_steps, engine.summary()) + "\n")
     return EXIT_OK
 
 

@@ -62,7 +62,7 @@ def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log
             for trace in engine.run():
                 num_steps += 1
                 if as_json:
-                    out.write(json.dumps(trace._asdict()) + "\n")
+                    out.write(json.dumps(trace.to_json()) + "\n")
                     continue
                 attempts, recoveries = group.take_attempts(), engine.take_recoveries()
                 audited = [r for r in recoveries if r.in_audit]     # the audit before this step

@@ -172,6 +172,8 @@ class ProcessGroup(RankChannel):
             outcomes = [self.decode(blame, MsgType.RESULT, bodies[0], plan.step)] * self.world_size
         else:
             outcomes = [self.decode(r, MsgType.RESULT, bodies[r], plan.step) for r in range(self.world_size)]
+        for r in range(self.world_size) if self.log else ():
+            self.log_message("in", r, MsgType.RESULT, plan.step, len(bodies[r]), outcomes[r])
         results = [RankExecutionResult(got[r][0].rank, got[r][0].world_size, got[r][0].step, outcomes[r])
                    for r in range(self.world_size)]
         try:
@@ -203,6 +205,7 @@ class ProcessGroup(RankChannel):
         got = self.gather(MsgType.SHARD, step, sent_at, None)
         for rank in range(self.world_size):
             snapshot = self.decode(rank, MsgType.SHARD, got[rank][1], step)
+            self.log_message("in", rank, MsgType.SHARD, step, len(got[rank][1]), snapshot)
             miss = first_mismatch(held, dict(snapshot))
             if miss is not None:
                 page, offset, want, have = miss

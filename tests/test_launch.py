@@ -33,7 +33,7 @@ from engine import Engine
 from inferris_dist import wire
 from inferris_dist.wire import MsgType, to_jsonable
 from inferris_dist.workloads import DEMO
-from procs import all_gone, gone, wait_until
+from procs import all_gone, gone
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "data" / "golden"
