@@ -83,7 +83,7 @@ def run_in_process(workload, name: str, as_json: bool) -> int:
         for last in trace_objects(engine):
             out.write(json.dumps(last) + "\n")
         return EXIT_FAILED if "error" in last else EXIT_OK
-    style = render.use_color(out)
+    style = render.Style.for_stream(out)
     out.write(render.header(workload, name) + "\n")
     printer = render.StepPrinter(out, style)
     num_steps = 0
@@ -95,7 +95,7 @@ def run_in_process(workload, name: str, as_json: bool) -> int:
         printer.flush()
         out.write(render.request_table(engine.summary(), style) + "\n")
         out.flush()
-        render.write_error(err, sys.stderr, render.use_color(sys.stderr))
+        render.write_error(err, sys.stderr, render.Style.for_stream(sys.stderr))
         return EXIT_FAILED
     printer.flush()
     out.write(render.request_table(engine.summary(), style) + "\n")

@@ -37,7 +37,7 @@ def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log
                faults: list[str], audit_every: int, on_rank_loss: str = "abort",
                max_restarts: int = 3, timeline_path: str | None = None) -> int:
     out = sys.stdout
-    style = render.use_color(out)
+    style = render.Style.for_stream(out)
     printer = render.StepPrinter(out, style)
     num_steps = 0
     started = time.monotonic()
@@ -109,7 +109,7 @@ def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log
                   f"{'none left running' if not left else 'STILL RUNNING: ' + ' '.join(map(str, left))}\n")
     if status != EXIT_OK:
         out.flush()
-        render.write_error(failure, sys.stderr, render.use_color(sys.stderr))
+        render.write_error(failure, sys.stderr, render.Style.for_stream(sys.stderr))
     return status
 
 

@@ -6,7 +6,6 @@ Python repr. `--json` output is not made here: it is SPEC §4, line for line.
 from __future__ import annotations
 
 import os
-import sys
 from typing import TextIO
 
 from engine import StepTrace, Workload
@@ -135,10 +134,6 @@ def write_error(err, out: TextIO, style: Style) -> None:
     if err.epoch is not None:
         where += f", epoch {err.epoch}"
     out.write(style.red(f"error: {err.kind} {where}: {err.message}") + "\n")
-
-
-def use_color(stream=None) -> Style:
-    return Style.for_stream(stream or sys.stdout)
 
 
 # -- what crossed the boundary (launch) ------------------------------------------------
