@@ -1,53 +1,170 @@
-"""Talking to the ranks: sending, gathering under a deadline, and saying who failed.
+"""The channel: the scheduler's socket, and who is rank R on it.
 
-The part of ProcessGroup that every exchange shares (a step's PLAN and
-RESULTs, the audit's AUDIT and SHARDs, the handshake's waits). Replies of
-another epoch or step are stale and a second one from a rank is a duplicate:
-both are counted and noted, never used. A reply that does not decode, or
-names another rank than its sender, is a protocol error blamed on the rank
-that sent it (a body is decoded, and logged, by whoever uses it); a rank whose process exits is seen at once through its
-sentinel; one that stays silent is lost at the deadline.
+The channel owns the ROUTER socket (and, with CURVE, the gate that checks
+every key before a byte gets through) and the membership: for each rank the
+member that holds it, the epoch it joined in, how it proved itself (the run
+secret of a worker we spawned, or the CURVE key of one someone else started),
+its pid and host. How members come to be (spawned here, or started by a
+cluster's launcher) is not the channel's business: admission checks them in,
+the process group drives steps over the channel.
+
+Every exchange goes through here (a step's PLAN and RESULTs, the audit's
+AUDIT and SHARDs, the handshake's waits). Replies of another epoch or step
+are stale and a second one from a rank is a duplicate: both are counted and
+noted, never used. A reply that does not decode, or names another rank than
+its sender, is a protocol error blamed on the rank that sent it; a rank
+whose process exits (its sentinel) or whose connection closes is seen at
+once; one that stays silent is lost at the deadline. A member that leaves
+is retired, never re-admitted: if it speaks again it is told to exit.
 """
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable
 
 import zmq
 
 from engine import RankLost
-from launcher import WorkerProcess
 
 from . import wire
+from .gate import Gate, Refusals
+from .keys import ServerKeys
 from .observe import RankTotals, StepRecord, WireLog
 from .wire import MsgType
 
+HEARTBEAT_S = 1.0           # a member we did not start hears from us at least this often
+MAX_RETIRED = 256           # identities of former members remembered, to tell them to exit
+MAX_STRANGER_FRAMES = 4     # frames of a message from a non-member kept (the rest are dropped)
+
+
+@dataclass
+class Member:
+    """Who holds a rank: the connection, the epoch it joined in, and how it proved itself."""
+    rank: int
+    epoch: int
+    identity: bytes
+    proof: str              # "run secret" (spawned here) or "key rank-R" (CURVE)
+    pid: int
+    host: str
+    fd: int | None          # the connection's socket, to notice it closing
+    heartbeat: bool         # started by someone else: it leaves if we go silent
+    last_sent: float = 0.0
+
+
+@dataclass(frozen=True)
+class Meta:
+    """What the transport says of a message from a peer that is not a member yet."""
+    user_id: str            # "rank-R" when CURVE proved that rank's key; "" without CURVE
+    host: str
+    fd: int | None
+
 
 class RankChannel:
-    """The sockets, workers and bookkeeping a ProcessGroup talks through."""
-
     def __init__(self, world_size: int, step_timeout: float, wire_log: WireLog | None):
         self.world_size = world_size
         self.step_timeout = step_timeout
         self.log = wire_log
         self.epoch = 0
-        self.sock = None
-        self.workers: dict[int, WorkerProcess] = {}
-        self.identity: dict[int, bytes] = {}
+        self.ctx: zmq.Context | None = None
+        self.sock: zmq.Socket | None = None
+        self.gate: Gate | None = None
+        self.address = ""
+        self.curve = False
+        self.members: dict[int, Member] = {}
         self.rank_of: dict[bytes, int] = {}
+        self.retired: OrderedDict[bytes, tuple[int, int, str]] = OrderedDict()  # ident -> rank, epoch, why
+        self.sentinels: dict[int, int] = {}       # rank -> pidfd of a worker we spawned
+        self.explain: Callable[[int], str] = lambda rank: ""   # more on a rank that died
         self.totals = {r: RankTotals() for r in range(world_size)}
+        self.refusals = Refusals()
         self.last_record: StepRecord | None = None
         self._answered: dict[int, tuple[int, int]] = {}   # rank -> (epoch, step) last joined
-        self._dead: set[int] = set()                      # ranks whose process has exited
+        self._dead: set[int] = set()                      # ranks whose process or connection ended
         self._poller = zmq.Poller()
 
+    # -- the socket --------------------------------------------------------------------
+
+    def open(self, bind: str, keys: ServerKeys | None) -> None:
+        """Bind the ROUTER at `bind` (tcp://HOST:PORT; port 0 picks one); CURVE with `keys`."""
+        self.ctx = zmq.Context()
+        self.gate = Gate(self.ctx, keys.rank_of_key if keys is not None else None)
+        sock = self.sock = self.ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, int(self.step_timeout * 1000))
+        sock.setsockopt(zmq.SNDTIMEO, 1000)
+        sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_FRAME_BYTES)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        if keys is not None:
+            self.gate.guard(sock, keys.public, keys.secret)
+            self.curve = True
+        self.gate.watch(sock)
+        sock.bind(bind)
+        self.address = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._poller.register(sock, zmq.POLLIN)
+        for s in self.gate.sockets:
+            self._poller.register(s, zmq.POLLIN)
+
+    def close(self) -> None:
+        if self.gate is not None:
+            self.gate.close()
+            self.gate = None
+        if self.sock is not None:
+            self.sock.close(linger=0)
+            self.sock = None
+        if self.ctx is not None and not self.ctx.closed:
+            self.ctx.term()
+
+    # -- membership --------------------------------------------------------------------
+
+    def admit(self, member: Member) -> None:
+        self.retire(member.rank, "replaced")
+        self.members[member.rank] = member
+        self.rank_of[member.identity] = member.rank
+        self._dead.discard(member.rank)
+
+    def retire(self, rank: int, why: str) -> Member | None:
+        """Rank `rank` has no member any more; its connection is remembered, to be told to exit."""
+        member = self.members.pop(rank, None)
+        if member is None:
+            return None
+        self.rank_of.pop(member.identity, None)
+        self.retired[member.identity] = (rank, member.epoch, why)
+        while len(self.retired) > MAX_RETIRED:
+            self.retired.popitem(last=False)
+        return member
+
+    def watch_process(self, rank: int, sentinel: int | None) -> None:
+        """Poll `sentinel` (a pidfd) to see rank `rank`'s process exit at once."""
+        old = self.sentinels.pop(rank, None)
+        if old is not None and rank not in self._dead:
+            self._poller.unregister(old)
+        self._dead.discard(rank)
+        if sentinel is not None:
+            self.sentinels[rank] = sentinel
+            self._poller.register(sentinel, zmq.POLLIN)
+
+    def unwatch_process(self, rank: int) -> None:
+        old = self.sentinels.pop(rank, None)
+        if old is not None and rank not in self._dead:
+            self._poller.unregister(old)
+        self._dead.discard(rank)
+
+    @property
+    def dead_ranks(self) -> set[int]:
+        return set(self._dead)
+
+    # -- receiving ---------------------------------------------------------------------
+
     def gather(self, expect: MsgType, step: int, sent_at: dict[int, float],
-                record: StepRecord | None) -> dict[int, tuple[wire.Header, bytes]]:
+               record: StepRecord | None) -> dict[int, tuple[wire.Header, bytes]]:
         deadline = min(sent_at.values()) + self.step_timeout
         got: dict[int, tuple[wire.Header, bytes]] = {}
         while len(got) < self.world_size:
             dead, messages = self.wait(deadline)
-            for frames in messages:
-                self.take(frames, expect, step, got, sent_at, record)
+            for frames, meta in messages:
+                self.take(frames, meta, expect, step, got, sent_at, record)
             for rank in dead:
                 if rank not in got:
                     raise self.lost(rank, step, "died", f"died before answering step {step}")
@@ -58,11 +175,10 @@ class RankChannel:
                                 also=silent[1:])
         return got
 
-    def take(self, frames, expect, step, got, sent_at, record) -> None:
+    def take(self, frames, meta, expect, step, got, sent_at, record) -> None:
         rank = self.rank_of.get(frames[0])
         if rank is None:
-            self.note(None, "dropped a message from an unknown peer")
-            return
+            return self.stranger(frames, meta)
         try:
             if len(frames) != 3:
                 raise wire.WireError(f"a message of {len(frames) - 1} frame(s), not 2")
@@ -85,6 +201,30 @@ class RankChannel:
             totals.rtts.append(rtt)
             totals.steps += 1
 
+    def stranger(self, frames: list[bytes], meta: Meta | None, during: str = "") -> bool:
+        """A message from a connection that holds no rank. A former member (or, with CURVE, a
+        worker proven to hold a rank's key, speaking from an older epoch) is told to exit; any
+        other peer gets no answer. True if it was told."""
+        ident = frames[0]
+        if ident in self.retired:
+            rank, epoch, why = self.retired[ident]
+            self.refuse(ident, f"rank {rank} of epoch {epoch} was {why}; the run is in epoch "
+                               f"{self.epoch}: exit")
+            return True
+        header = None
+        if len(frames) == 3:
+            try:
+                header = wire.decode_header(frames[1])
+            except wire.WireError:
+                pass
+        if (self.curve and header is not None and meta is not None and header.epoch < self.epoch
+                and header.type is not MsgType.HELLO and meta.user_id == f"rank-{header.rank}"):
+            self.refuse(ident, f"rank {header.rank} of epoch {header.epoch} is no member: the run "
+                               f"is in epoch {self.epoch}: exit", host=meta.host)
+            return True
+        self.note(None, f"dropped a message from an unknown peer{' ' + during if during else ''}")
+        return False
+
     def drop(self, rank: int, header: wire.Header, when: str = "") -> None:
         """Count and note a reply that is not joined: a duplicate of one already taken, or stale."""
         seen = self._answered.get(rank) == (header.epoch, header.step) or (
@@ -101,52 +241,109 @@ class RankChannel:
         except wire.WireError as e:
             raise self.lost(rank, step, "protocol", f"sent a malformed {kind.name}: {e}") from None
 
-    def wait(self, deadline: float) -> tuple[list[int], list[list[bytes]]]:
-        """Messages that came, and ranks whose process is gone, waiting at most until `deadline`.
+    def wait(self, deadline: float) -> tuple[list[int], list[tuple[list[bytes], Meta | None]]]:
+        """Messages that came, and ranks whose process or connection is gone, waiting at most
+        until `deadline`. Members we did not start hear a PING when we have been quiet.
 
         A sentinel stays readable once its process exits, so it is unregistered
         the first time: a dead rank is remembered, not polled in a busy loop.
         """
+        self.heartbeat()
         timeout = max(0.0, deadline - time.monotonic())
-        if any(w.sentinel is None for w in self.workers.values()):
-            timeout = min(timeout, 0.05)   # no pidfd: look at the processes often
+        if any(m.heartbeat for m in self.members.values()):
+            timeout = min(timeout, HEARTBEAT_S / 2)
         events = dict(self._poller.poll(int(timeout * 1000) + 1))
         messages = []
         if self.sock in events:
-            while True:
-                try:
-                    messages.append(self.sock.recv_multipart(zmq.NOBLOCK))
-                except zmq.Again:
-                    break
-        for rank, w in self.workers.items():
-            if rank in self._dead:
-                continue
-            if (w.sentinel in events) if w.sentinel is not None else not w.alive():
+            while (message := self._recv()) is not None:
+                messages.append(message)
+        if self.gate is not None:
+            if self.gate.zap is not None and self.gate.zap in events:
+                for peer, text in self.gate.answer_zap():
+                    if self.refusals.add(peer):
+                        self.note(None, text)
+            if self.gate.monitor in events:
+                self._monitor_events()
+        for rank, fd in self.sentinels.items():
+            if rank not in self._dead and fd in events:
                 self._dead.add(rank)
-                if w.sentinel is not None:
-                    self._poller.unregister(w.sentinel)
-        return [r for r in self._dead if r in self.workers], messages
+                self._poller.unregister(fd)
+        return sorted(r for r in self._dead if r in self.members or r in self.sentinels), messages
+
+    def _recv(self) -> tuple[list[bytes], Meta | None] | None:
+        """One whole message; a non-member's comes with what the transport knows of its sender."""
+        try:
+            ident = self.sock.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return None
+        if ident in self.rank_of:
+            frames = [ident]
+            while self.sock.getsockopt(zmq.RCVMORE):
+                frames.append(self.sock.recv())
+            return frames, None
+        frames, last = [ident], None
+        while self.sock.getsockopt(zmq.RCVMORE):
+            last = self.sock.recv(copy=False)
+            if len(frames) <= MAX_STRANGER_FRAMES:
+                frames.append(last.bytes)
+            else:
+                frames.append(b"")       # counted, not kept: the message is malformed anyway
+        if last is None:
+            return frames, Meta("", "", None)
+        return frames, Meta(_prop(last, "User-Id"), _prop(last, "Peer-Address"), _srcfd(last))
+
+    def _monitor_events(self) -> None:
+        for what, value in self.gate.monitor_events():
+            if what == "closed":
+                for rank, m in self.members.items():
+                    if m.fd == value and rank not in self._dead:
+                        self._dead.add(rank)
+                        m.fd = None
+            elif self.refusals.add("handshake"):
+                self.note(None, "refused a connection: its handshake failed "
+                                f"({_handshake_failure(value)})")
+
+    # -- sending -----------------------------------------------------------------------
 
     def send(self, rank: int, kind: MsgType, step: int, body: bytes, decoded, *, quiet=False) -> None:
         header = wire.encode_header(kind, self.epoch, step, rank, self.world_size)
+        member = self.members.get(rank)
         try:
-            self.sock.send_multipart([self.identity[rank], header, body])
-        except (zmq.ZMQError, KeyError):
+            self.sock.send_multipart([member.identity, header, body], zmq.NOBLOCK if quiet else 0)
+        except (zmq.ZMQError, AttributeError):
             if quiet:
                 return
             raise self.lost(rank, step, "unreachable", "cannot be reached") from None
+        member.last_sent = time.monotonic()
         self.totals[rank].bytes_sent += len(header) + len(body)
-        self.log_message("out", rank, kind, step, len(body), decoded)
+        if kind is not MsgType.PING:
+            self.log_message("out", rank, kind, step, len(body), decoded)
+
+    def heartbeat(self) -> None:
+        now = time.monotonic()
+        for rank, m in list(self.members.items()):
+            if m.heartbeat and now - m.last_sent >= HEARTBEAT_S:
+                self.send(rank, MsgType.PING, 0, wire.encode_body(MsgType.PING, ()), (), quiet=True)
+
+    def refuse(self, ident: bytes, reason: str, host: str = "") -> None:
+        """Tell a peer why it is turned away (it exits), and note it."""
+        self.note(None, f"refused a peer{' at ' + host if host else ''}: {reason}")
+        try:
+            self.sock.send_multipart(
+                [ident, wire.encode_header(MsgType.REFUSED, self.epoch, 0, -1, self.world_size),
+                 wire.encode_body(MsgType.REFUSED, (reason,))], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+
+    # -- saying what happened ----------------------------------------------------------
 
     def lost(self, rank: int | None, step: int, reason: str, what: str, also=()) -> RankLost:
         """A RankLost blamed on `rank` (and the ranks `also`; None: every rank alike), logged."""
-        w = self.workers.get(rank)
         detail = ""
-        if w is not None and reason in ("died", "unreachable"):
-            w.proc.poll()
-            detail = f" ({w.exit_description()}"
-            words = w.last_words()
-            detail += f"; its last words: {words})" if words else ")"
+        if rank is not None and reason in ("died", "unreachable"):
+            detail = self.explain(rank)
+            if not detail and rank in self.members and rank in self._dead:
+                detail = " (its connection closed)"
         who = ("every rank" if rank is None else f"rank {rank}" if not also
                else "ranks " + ", ".join(map(str, (rank, *also))))
         message = f"{who} {what}{detail}"
@@ -169,3 +366,26 @@ class RankChannel:
                     body) -> None:
         if self.log:
             self.log.message(direction, rank, self.epoch, step, kind.name, num_bytes, body)
+
+
+def _prop(frame: zmq.Frame, name: str) -> str:
+    try:
+        return frame.get(name)
+    except zmq.ZMQError:
+        return ""
+
+
+def _srcfd(frame: zmq.Frame) -> int | None:
+    try:
+        return int(frame.get(zmq.SRCFD))
+    except (zmq.ZMQError, ValueError, TypeError):
+        return None
+
+
+def _handshake_failure(code: int) -> str:
+    if code == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+        return "it does not speak CURVE: a plaintext peer"
+    try:
+        return zmq.Event(code).name.lower().replace("_", " ")
+    except ValueError:
+        return f"protocol error {code:#x}"

@@ -19,6 +19,7 @@ from engine import Engine, EngineError, WorkloadError, trace_objects
 from . import cmd_launch, render
 from .cliargs import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, Parser,
                       UsageError, int_arg, seconds_arg)
+from .keys import KeyFileError, write_keys
 from .mechanisms import MECHANISMS
 from .workloads import REQUEST_FORMAT, workload_from_flags
 
@@ -57,8 +58,16 @@ def build_parser() -> Parser:
     add_workload_flags(co)
     co.add_argument("--step-timeout", type=seconds_arg, default=10.0, metavar="SECONDS",
                     help="a rank that has not answered by then is lost (default 10)")
-    wo = sub.add_parser("worker", help="a rank worker (started by launch; reads its secret on stdin)")
-    wo.add_argument("worker_args", nargs="*", help="--rank R --world-size N --connect ADDR --parent-pid PID")
+    wo = sub.add_parser("worker", help="a rank worker, for a scheduler started with `launch --listen` "
+                        "(`inferris-dist worker --help` for its flags)")
+    wo.add_argument("worker_args", nargs="*", help="--connect tcp://HOST:PORT --keys DIR [--rank R] "
+                    "[--world-size N]")
+    ke = sub.add_parser("keys", help="write CURVE keys for a run across hosts: the scheduler's and "
+                        "one per rank")
+    ke.add_argument("dir", metavar="DIR", help="directory to write scheduler.key[_secret] and "
+                    "rank-R.key[_secret] into")
+    ke.add_argument("--world-size", type=int_arg, required=True, metavar="N")
+    ke.add_argument("--force", action="store_true", help="replace keys already there")
     return p
 
 
@@ -117,9 +126,18 @@ def cmd_launch_(args) -> int:
         raise UsageError("inferris-dist launch: --audit-every must be >= 0")
     if args.max_restarts < 0:
         raise UsageError("inferris-dist launch: --max-restarts must be >= 0")
-    return cmd_launch.run_launch(workload, name, args.json, args.step_timeout, args.wire_log,
-                                 args.fault, args.audit_every, args.on_rank_loss, args.max_restarts,
-                                 args.timeline)
+    return cmd_launch.run_launch(workload, name, args)
+
+
+def cmd_keys(args) -> int:
+    if not 1 <= args.world_size <= 4096:
+        raise UsageError(f"inferris-dist keys: --world-size {args.world_size} is outside 1..4096")
+    files = write_keys(args.dir, args.world_size, args.force)
+    sys.stdout.write(f"wrote {len(files)} key files into {args.dir}: scheduler.key, "
+                     f"rank-0.key .. rank-{args.world_size - 1}.key and their *.key_secret (mode 0600)\n"
+                     f"the scheduler needs scheduler.key_secret and every rank-R.key; rank R needs "
+                     f"scheduler.key and rank-R.key_secret\n")
+    return EXIT_OK
 
 
 def cmd_compare(args) -> int:
@@ -128,7 +146,7 @@ def cmd_compare(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "demo": cmd_demo, "mechs": cmd_mechs, "launch": cmd_launch_,
-            "compare": cmd_compare}
+            "compare": cmd_compare, "keys": cmd_keys}
 
 
 class Terminated(BaseException):
@@ -148,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         status = COMMANDS[args.command](args)
-    except (UsageError, WorkloadError) as e:
+    except (UsageError, WorkloadError, KeyFileError) as e:
         sys.stdout.flush()
         sys.stderr.write(f"{e}\n" if isinstance(e, UsageError) else f"inferris-dist: {e}\n")
         status = EXIT_USAGE

@@ -10,7 +10,7 @@ from engine import EngineError, WorkloadError, run_workload, trace_lines
 
 from . import render
 from .cliargs import EXIT_FAILED, EXIT_OK, seconds_arg
-from .launch import launch
+from .launch import LaunchOptions, launch
 from .recovery import POLICIES
 from .timeline import Timeline
 
@@ -31,11 +31,32 @@ def add_launch_flags(p) -> None:
                         "pool's pages (restore), or restart it empty and recompute (default abort)")
     p.add_argument("--max-restarts", type=int, default=3, metavar="N",
                    help="restarts allowed in one run before giving up (default 3)")
+    h = p.add_argument_group("ranks on other hosts (the scheduler spawns nothing)")
+    h.add_argument("--listen", metavar="tcp://ADDR:PORT",
+                   help="bind here and wait for `inferris-dist worker` ranks started by others "
+                        "(port 0: any free port)")
+    h.add_argument("--keys", metavar="DIR",
+                   help="CURVE keys from `inferris-dist keys`: every message encrypted, every rank "
+                        "proven by its own key (required unless --listen is on loopback)")
+    h.add_argument("--join-timeout", type=seconds_arg, default=60.0, metavar="SECONDS",
+                   help="how long to wait for all ranks to join (default 60)")
+    h.add_argument("--rejoin-timeout", type=seconds_arg, default=30.0, metavar="SECONDS",
+                   help="with restore or recompute: how long to wait for a lost rank's "
+                        "replacement to join (default 30)")
 
 
-def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log: str | None,
-               faults: list[str], audit_every: int, on_rank_loss: str = "abort",
-               max_restarts: int = 3, timeline_path: str | None = None) -> int:
+def options_from_args(args, timeline: Timeline | None, log_stream, on_waiting) -> LaunchOptions:
+    return LaunchOptions(step_timeout=args.step_timeout, faults=args.fault,
+                         audit_every=args.audit_every, on_rank_loss=args.on_rank_loss,
+                         max_restarts=args.max_restarts, wire_log=log_stream, timeline=timeline,
+                         listen=args.listen, keys=args.keys, join_timeout=args.join_timeout,
+                         rejoin_timeout=args.rejoin_timeout, on_waiting=on_waiting)
+
+
+def run_launch(workload, name: str, args) -> int:
+    """`inferris-dist launch`: print every step and what crossed, or `--json` (the bytes of
+    `run --json`); exit 1 with the diagnosis when the ranks fail."""
+    as_json = args.json
     out = sys.stdout
     style = render.Style.for_stream(out)
     printer = render.StepPrinter(out, style)
@@ -45,20 +66,24 @@ def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log
     pids: dict[int, int] = {}
     status = EXIT_OK
     failure = None
-    log_stream = _open_for_writing(wire_log, "--wire-log")
-    timeline_stream = _open_for_writing(timeline_path, "--timeline")
+    log_stream = _open_for_writing(args.wire_log, "--wire-log")
+    timeline_stream = _open_for_writing(args.timeline, "--timeline")
     timeline = Timeline() if timeline_stream is not None else None
+    options = options_from_args(args, timeline, log_stream,
+                                lambda *waiting: announce(args, workload, *waiting))
     try:
-        with launch(workload, step_timeout=step_timeout, faults=faults, audit_every=audit_every,
-                    on_rank_loss=on_rank_loss, max_restarts=max_restarts,
-                    wire_log=log_stream, timeline=timeline) as engine:
+        options.check()
+    except WorkloadError:
+        for stream in (log_stream, timeline_stream):
+            if stream is not None:
+                stream.close()
+        raise
+    try:
+        with launch(workload, options=options) as engine:
             group = engine.group
-            pids = {r: w.pid for r, w in group.workers.items()}
             if not as_json:
                 out.write(render.header(workload, name) + "\n")
-                out.write(style.dim(f"{'':>{render.STEP_WIDTH}}  {group.world_size} rank workers up in "
-                                    f"{time.monotonic() - started:.2f} s at {group.address}, pids "
-                                    f"{' '.join(map(str, pids.values()))}") + "\n")
+                out.write(style.dim(f"{'':>{render.STEP_WIDTH}}  {members_line(group, started)}") + "\n")
             for trace in engine.run():
                 num_steps += 1
                 if as_json:
@@ -103,14 +128,51 @@ def run_launch(workload, name: str, as_json: bool, step_timeout: float, wire_log
         out.write(render.request_table(engine.summary(), style) + "\n")
         out.write(render.closing_line(num_steps, engine.summary()) + "\n")
     if group is not None:
-        out.write(render.rank_table(group.totals, group.rank_pids, style) + "\n")
-        left = [p for p in group.pids_started if _alive(p)]
-        out.write(f"workers: {len(group.pids_started)} started, "
-                  f"{'none left running' if not left else 'STILL RUNNING: ' + ' '.join(map(str, left))}\n")
+        out.write(render.rank_table(group.totals, group.rank_pids, style,
+                                    group.members.hosts if group.external else None) + "\n")
+        out.write(workers_line(group) + "\n")
     if status != EXIT_OK:
         out.flush()
         render.write_error(failure, sys.stderr, render.Style.for_stream(sys.stderr))
     return status
+
+
+def announce(args, workload, address: str, ranks: list[int], timeout: float, rejoin: bool) -> None:
+    """The one line saying where we listen and how to start the ranks (stderr: --json stays clean)."""
+    n = workload.config.world_size
+    keys = f" --keys {args.keys}" if args.keys else ""
+    rank_flag = f"--rank {ranks[0]}" if len(ranks) == 1 else "--rank R"
+    if rejoin:
+        who = f"a replacement for rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}"
+    else:
+        who = f"{n} rank{'s' * (n > 1)}"
+    how = f"CURVE, keys in {args.keys}" if args.keys else "plaintext, loopback only"
+    sys.stderr.write(f"inferris-dist: listening at {address} ({how}); waiting up to {timeout:g} s "
+                     f"for {who}: inferris-dist worker --connect {address}{keys} {rank_flag} "
+                     f"--world-size {n}\n")
+    sys.stderr.flush()
+
+
+def members_line(group, started: float) -> str:
+    took = time.monotonic() - started
+    if not group.external:
+        pids = " ".join(str(w.pid) for w in group.workers.values())
+        return f"{group.world_size} rank workers up in {took:.2f} s at {group.address}, pids {pids}"
+    channel = group.channel
+    who = ", ".join(f"{r}: pid {m.pid} at {m.host}" for r, m in sorted(channel.members.items()))
+    how = "CURVE-authenticated" if channel.curve else "plaintext"
+    return f"{group.world_size} ranks joined in {took:.2f} s at {group.address} ({how}): {who}"
+
+
+def workers_line(group) -> str:
+    if group.external:
+        n = sum(len(p) for p in group.rank_pids.values())
+        refused = group.channel.refusals.total
+        return (f"workers: {n} joined from outside (we started none), every member told to stop"
+                + (f"; {refused} connection(s) refused" if refused else ""))
+    left = [p for p in group.pids_started if _alive(p)]
+    return (f"workers: {len(group.pids_started)} started, "
+            f"{'none left running' if not left else 'STILL RUNNING: ' + ' '.join(map(str, left))}")
 
 
 def _open_for_writing(path: str | None, flag: str):

@@ -1,13 +1,15 @@
 """ProcessGroup: the engine's executor seam on N real worker processes.
 
-Each step the plan is encoded once and sent to every rank over one ROUTER
-socket; the group gathers one RESULT per rank under the step deadline,
-watching each worker's process sentinel so a death is seen at once, not at
-the deadline; then it joins the N answers with engine's exact-agreement rule.
-Lockstep: `execute` returns (or raises) before the next plan can go out.
+Each step the plan is encoded once and sent to every rank over the channel;
+the group gathers one RESULT per rank under the step deadline (a death or a
+closed connection is seen at once, not at the deadline), then joins the N
+answers with engine's exact-agreement rule. Lockstep: `execute` returns (or
+raises) before the next plan can go out.
 
-Admitting workers is handshake.py's part; sending, gathering and blaming
-are channel.py's.
+The group holds a channel (the socket and who is rank R on it) and a way of
+getting members: workers it spawns on this host (the default), or workers
+someone else starts that join at `listen` (across hosts, with CURVE keys).
+Admission (handshake.py) checks either kind in; after that they are alike.
 """
 from __future__ import annotations
 
@@ -19,49 +21,75 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Sequence
-
-import zmq
+from typing import Callable, Sequence
 
 from engine import EngineError, ExecutionPlan, ExecutionResult, RankExecutionResult, Workload, join
 from engine.errors import ShardDivergence
 from engine.group import accept_scripts
 from engine.shard import SlotStore, first_mismatch
-from launcher import WorkerProcess, stop_workers
 
 from . import wire
 from .channel import RankChannel
 from .faults import Fault
-from .handshake import admit_ranks
+from .handshake import Admission
+from .keys import ServerKeys
+from .members import External, Spawned
 from .observe import StepRecord, WireLog
 from .wire import MsgType
 
 LOOPBACK = "tcp://127.0.0.1"
 
 
-class ProcessGroup(RankChannel):
+class ProcessGroup:
     def __init__(self, workload: Workload, world_size: int | None = None, *,
                  step_timeout: float = 10.0, start_timeout: float = 20.0,
                  faults: Sequence[Fault] = (), wire_log: WireLog | None = None,
-                 bind: str = LOOPBACK):
+                 bind: str = LOOPBACK, listen: str | None = None, keys: ServerKeys | None = None,
+                 join_timeout: float = 60.0, rejoin_timeout: float = 30.0,
+                 on_waiting: Callable[[str, list[int], float, bool], None] | None = None):
         cfg = workload.config
-        super().__init__(world_size or cfg.world_size, step_timeout, wire_log)
+        self.world_size = world_size or cfg.world_size
+        self.channel = RankChannel(self.world_size, step_timeout, wire_log)
+        self.log = wire_log
         wire.check_fits(workload)
         self.num_pages, self.page_size = cfg.num_pages, cfg.page_size
         self.accept_scripts = accept_scripts(workload)
         self.start_timeout = start_timeout
         self.faults = list(faults)
         self.bind = bind
-        self.address = ""
+        self.listen = listen
+        self.keys = keys
         self.secret = secrets.token_bytes(32)
-        self.rank_pids: dict[int, list[int]] = {r: [] for r in range(self.world_size)}  # oldest first
         self.attempts: deque[StepRecord] = deque(maxlen=64)   # since take_attempts()
         self.log_dir: Path | None = None
-        self._ctx: zmq.Context | None = None
+        if listen is None:
+            self.members = None           # Spawned, made in start() with the log directory
+        else:
+            self.members = External(self.channel, keys, join_timeout, rejoin_timeout, on_waiting)
+        self._join_timeout = join_timeout
+
+    # what the channel knows, as the group's own
+    address = property(lambda self: self.channel.address)
+    epoch = property(lambda self: self.channel.epoch)
+    totals = property(lambda self: self.channel.totals)
+    last_record = property(lambda self: self.channel.last_record)
+
+    @property
+    def external(self) -> bool:
+        return self.listen is not None
+
+    @property
+    def rank_pids(self) -> dict[int, list[int]]:
+        return self.members.pids if self.members is not None else {r: [] for r in range(self.world_size)}
 
     @property
     def pids_started(self) -> list[int]:
-        return [pid for pids in self.rank_pids.values() for pid in pids]
+        return self.members.pids_started if self.members is not None else []
+
+    @property
+    def workers(self) -> dict:
+        """The worker processes we spawned, by rank (none when members join from outside)."""
+        return getattr(self.members, "workers", {})
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -77,103 +105,80 @@ class ProcessGroup(RankChannel):
         self.close()
 
     def start(self) -> None:
-        self.log_dir = Path(tempfile.mkdtemp(prefix="inferris-dist-"))
-        self._ctx = zmq.Context()
-        sock = self.sock = self._ctx.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVTIMEO, int(self.step_timeout * 1000))
-        sock.setsockopt(zmq.SNDTIMEO, 1000)
-        sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_FRAME_BYTES)
-        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        sock.bind(f"{self.bind}:0")
-        self.address = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._poller.register(sock, zmq.POLLIN)
-        admit_ranks(self, range(self.world_size), shard=[], step=-1)
+        if self.listen is None:
+            self.log_dir = Path(tempfile.mkdtemp(prefix="inferris-dist-"))
+            self.members = Spawned(self.channel, self.secret, self.log_dir, self.start_timeout)
+            self.channel.open(f"{self.bind}:0", None)
+        else:
+            self.channel.open(self.listen, self.keys)
+        self._admit(range(self.world_size), shard=[], step=-1)
 
-    def adopt(self, worker: WorkerProcess) -> None:
-        """A freshly spawned worker joins the watch list (before its handshake)."""
-        self.workers[worker.rank] = worker
-        self.rank_pids[worker.rank].append(worker.pid)
-        self._dead.discard(worker.rank)
-        if worker.sentinel is not None:
-            self._poller.register(worker.sentinel, zmq.POLLIN)
+    def _admit(self, ranks: Sequence[int], shard: list, step: int) -> None:
+        timeout, never_came = self.members.start(ranks)
+        Admission(self.channel, ranks, self.members, lambda rank: self._config(rank, shard, step),
+                  step, timeout, never_came).run()
 
-    def bind_identity(self, rank: int, ident: bytes) -> None:
-        self.rank_of.pop(self.identity.get(rank, b""), None)
-        self.identity[rank] = ident
-        self.rank_of[ident] = rank
+    def _config(self, rank: int, shard: list, step: int) -> wire.Config:
+        faults = [f.text for f in self.faults
+                  if f.applies_to(rank) and (f.repeat or f.step > step)]   # one-shots fire once
+        return wire.Config(self.num_pages, self.page_size, self.accept_scripts, shard, faults)
 
     def close(self) -> None:
-        """Stop every worker (politely, then by signal) and release the socket. Idempotent.
-
-        Ctrl-C and SIGTERM wait until the workers are gone: a second Ctrl-C
-        must not leave orphans behind.
+        """Stop every worker (politely, then by signal, for those we spawned) and release the
+        socket. Idempotent. Ctrl-C and SIGTERM wait until the workers are gone: a second
+        Ctrl-C must not leave orphans behind.
         """
         with _interrupts_held():
-            workers = list(self.workers.values())
-            if workers:
-                stop_workers(workers, polite=lambda: self._stop_message(workers),
-                             grace=1.0, term_wait=1.0)
-            self.workers = {}
-            if self.sock is not None:
-                self.sock.close(linger=0)
-                self.sock = None
-            if self._ctx is not None and not self._ctx.closed:
-                self._ctx.term()
+            if self.members is not None and self.channel.sock is not None:
+                self.members.close()
+            elif isinstance(self.members, Spawned):
+                self.members.close()
+            self.channel.close()
             if self.log_dir is not None:
                 shutil.rmtree(self.log_dir, ignore_errors=True)
+                self.log_dir = None
 
-    def _stop_message(self, workers: list[WorkerProcess]) -> None:
-        for w in workers:
-            if w.alive() and w.rank in self.identity:
-                self.send(w.rank, MsgType.STOP, 0, wire.encode_body(MsgType.STOP, ()), (), quiet=True)
+    def dead_ranks(self) -> set[int]:
+        """Ranks known to be gone (process exited or connection closed)."""
+        return self.channel.dead_ranks | self.members.dead()
 
     def restart(self, ranks: Sequence[int], shard: list, step: int) -> list[int]:
-        """Replace the workers of `ranks` with fresh ones in a new epoch; returns their pids.
+        """Replace the members of `ranks` with new ones in a new epoch; returns their pids.
 
-        The old workers are killed, not asked: they are lost or not trusted.
-        Each new worker starts from `shard` (a snapshot of the control plane's
-        pool, or [] for an empty shard) and gets the faults not yet spent.
+        Spawned workers are killed and started afresh; members we did not start are
+        told to exit and we wait for replacements to join. Each new member starts
+        from `shard` (a snapshot of the control plane's pool, or [] for an empty
+        shard) and gets the faults not yet spent.
         """
-        self.epoch += 1
+        self.channel.epoch += 1
         with _interrupts_held():
-            old = [self.workers[r] for r in ranks if r in self.workers]
-            stop_workers(old, grace=0.0, term_wait=0.5)
-            for w in old:
-                self._forget(w)
+            self.members.retire(ranks)
         if self.log:
             self.log.event("restart", ranks=list(ranks), epoch=self.epoch, step=step,
                            shard_pages=len(shard))
-        admit_ranks(self, ranks, shard, step)
-        return [self.workers[r].pid for r in ranks]
-
-    def _forget(self, w: WorkerProcess) -> None:
-        if self.workers.get(w.rank) is w:
-            del self.workers[w.rank]
-        if w.sentinel is not None and w.rank not in self._dead:
-            self._poller.unregister(w.sentinel)
-        self._dead.discard(w.rank)
-        self.rank_of.pop(self.identity.pop(w.rank, b""), None)
+        self._admit(ranks, shard, step)
+        return [self.channel.members[r].pid for r in ranks]
 
     # -- the seam ----------------------------------------------------------------------
 
     def execute(self, plan: ExecutionPlan) -> ExecutionResult:
         body = wire.encode_body(MsgType.PLAN, plan)
-        record = self.last_record = StepRecord(plan.step, self.epoch, len(body))
+        channel = self.channel
+        record = channel.last_record = StepRecord(plan.step, self.epoch, len(body))
         self.attempts.append(record)
         sent_at = record.sent
         for rank in range(self.world_size):
             sent_at[rank] = time.monotonic()
-            self.send(rank, MsgType.PLAN, plan.step, body, plan)
-        got = self.gather(MsgType.RESULT, plan.step, sent_at, record)
+            channel.send(rank, MsgType.PLAN, plan.step, body, plan)
+        got = channel.gather(MsgType.RESULT, plan.step, sent_at, record)
         bodies = [got[r][1] for r in range(self.world_size)]
         if all(b == bodies[0] for b in bodies):
             blame = 0 if self.world_size == 1 else None      # the same bad bytes from every rank
-            outcomes = [self.decode(blame, MsgType.RESULT, bodies[0], plan.step)] * self.world_size
+            outcomes = [channel.decode(blame, MsgType.RESULT, bodies[0], plan.step)] * self.world_size
         else:
-            outcomes = [self.decode(r, MsgType.RESULT, bodies[r], plan.step) for r in range(self.world_size)]
+            outcomes = [channel.decode(r, MsgType.RESULT, bodies[r], plan.step) for r in range(self.world_size)]
         for r in range(self.world_size) if self.log else ():
-            self.log_message("in", r, MsgType.RESULT, plan.step, len(bodies[r]), outcomes[r])
+            channel.log_message("in", r, MsgType.RESULT, plan.step, len(bodies[r]), outcomes[r])
         results = [RankExecutionResult(got[r][0].rank, got[r][0].world_size, got[r][0].step, outcomes[r])
                    for r in range(self.world_size)]
         try:
@@ -187,7 +192,7 @@ class ProcessGroup(RankChannel):
             raise
         record.verdict = "joined"
         for rank in range(self.world_size):
-            self._answered[rank] = (self.epoch, plan.step)
+            channel._answered[rank] = (self.epoch, plan.step)
         return joined
 
     def take_attempts(self) -> list[StepRecord]:
@@ -197,15 +202,16 @@ class ProcessGroup(RankChannel):
 
     def audit(self, held: SlotStore, step: int) -> None:
         """Every rank's shard must hold every slot the control plane's pool holds."""
-        self.last_record = None              # the audit is not the step: its verdict stands
+        channel = self.channel
+        channel.last_record = None           # the audit is not the step: its verdict stands
         sent_at = {}
         for rank in range(self.world_size):
             sent_at[rank] = time.monotonic()
-            self.send(rank, MsgType.AUDIT, step, wire.encode_body(MsgType.AUDIT, ()), ())
-        got = self.gather(MsgType.SHARD, step, sent_at, None)
+            channel.send(rank, MsgType.AUDIT, step, wire.encode_body(MsgType.AUDIT, ()), ())
+        got = channel.gather(MsgType.SHARD, step, sent_at, None)
         for rank in range(self.world_size):
-            snapshot = self.decode(rank, MsgType.SHARD, got[rank][1], step)
-            self.log_message("in", rank, MsgType.SHARD, step, len(got[rank][1]), snapshot)
+            snapshot = channel.decode(rank, MsgType.SHARD, got[rank][1], step)
+            channel.log_message("in", rank, MsgType.SHARD, step, len(got[rank][1]), snapshot)
             miss = first_mismatch(held, dict(snapshot))
             if miss is not None:
                 page, offset, want, have = miss

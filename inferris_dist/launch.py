@@ -8,46 +8,114 @@
 `engine` is an `engine.Engine` whose executor is a `ProcessGroup`; its
 `run()` also audits every rank's shard at the end (and every `audit_every`
 steps), and a failed step follows `on_rank_loss` (abort, restore, recompute).
+
+With `listen="tcp://ADDR:PORT"` the group spawns nothing: it binds there and
+waits `join_timeout` seconds for workers someone else starts
+(`inferris-dist worker --connect ...`), each proving its rank's CURVE key
+from `keys` (a directory made by `inferris-dist keys`). A lost member is
+replaced by a new worker joining within `rejoin_timeout`. Members we did not
+start leave when they stop hearing from us: keep stepping the engine.
 """
 from __future__ import annotations
 
+import ipaddress
 from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Iterator, Sequence, TextIO
+from typing import Callable, Iterator, Sequence, TextIO
 
-from engine import Workload, load_workload
+from engine import Workload, WorkloadError, load_workload
 
 from .faults import parse_faults
 from .group import ProcessGroup
+from .keys import ServerKeys
 from .observe import WireLog
-from .recovery import DistributedEngine
+from .placement import PlacementError, check_address
+from .recovery import POLICIES, DistributedEngine
 from .timeline import Timeline
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """Everything about a launch but the workload: one set, for the library and the CLI."""
+    world_size: int | None = None
+    step_timeout: float = 10.0
+    faults: Sequence[str] = ()
+    audit_every: int = 0
+    on_rank_loss: str = "abort"
+    max_restarts: int = 3
+    wire_log: str | Path | TextIO | None = None
+    timeline: Timeline | None = None
+    listen: str | None = None           # bind here and wait for workers someone else starts
+    keys: str | Path | None = None      # CURVE key directory (inferris-dist keys)
+    join_timeout: float = 60.0
+    rejoin_timeout: float = 30.0
+    on_waiting: Callable[[str, list[int], float, bool], None] | None = None   # address, ranks, timeout, rejoin
+
+    def check(self) -> None:
+        """Refuse, as bad input (WorkloadError), options that cannot work together."""
+        if self.on_rank_loss not in POLICIES:
+            raise WorkloadError(f"unknown --on-rank-loss {self.on_rank_loss!r}; one of {', '.join(POLICIES)}")
+        if self.audit_every < 0:
+            raise WorkloadError("--audit-every must be >= 0")
+        if self.max_restarts < 0:
+            raise WorkloadError("--max-restarts must be >= 0")
+        if self.keys is not None and self.listen is None:
+            raise WorkloadError("--keys needs --listen (ranks spawned here use a fresh run secret)")
+        if self.listen is not None:
+            try:
+                check_address(self.listen, "--listen")
+            except PlacementError as e:
+                raise WorkloadError(str(e)) from None
+            if self.keys is None and not is_loopback(self.listen):
+                raise WorkloadError(f"--listen {self.listen} is not a loopback address: pass --keys DIR "
+                                    f"(make them with `inferris-dist keys DIR --world-size N`); "
+                                    f"nothing crosses a network in plaintext")
+
+
+def is_loopback(address: str) -> bool:
+    host = address[len("tcp://"):].rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False     # a name or an interface: may reach the network
 
 
 @contextmanager
 def launch(workload: Workload | dict | str | Path, world_size: int | None = None, *,
-           step_timeout: float = 10.0, faults: Sequence[str] = (), audit_every: int = 0,
-           on_rank_loss: str = "abort", max_restarts: int = 3,
-           wire_log: str | Path | TextIO | None = None,
-           timeline: Timeline | None = None) -> Iterator[DistributedEngine]:
-    """Start `world_size` rank workers, yield the engine driving them; stop them all on exit."""
+           options: LaunchOptions | None = None, **kw) -> Iterator[DistributedEngine]:
+    """Start `world_size` rank workers (or wait for them, with `listen`), yield the engine
+    driving them; stop them all on exit. Keyword arguments are LaunchOptions fields."""
+    unknown = set(kw) - {f.name for f in fields(LaunchOptions)}
+    if unknown:
+        raise TypeError(f"launch() got unknown options: {', '.join(sorted(unknown))}")
+    options = replace(options or LaunchOptions(), **kw)
+    if world_size is not None:
+        options = replace(options, world_size=world_size)
+    options.check()
     if not isinstance(workload, Workload):
         workload = load_workload(workload)
-    workload = workload.with_config(world_size=world_size)
+    workload = workload.with_config(world_size=options.world_size)
     n = workload.config.world_size
-    fault_list = parse_faults([*workload.faults, *faults], n)
+    fault_list = parse_faults([*workload.faults, *options.faults], n)
+    keys = ServerKeys.load(options.keys, n) if options.keys is not None else None
     log, own_stream = None, None
-    if wire_log is not None:
-        if isinstance(wire_log, (str, Path)):
-            own_stream = open(wire_log, "w")
+    if options.wire_log is not None:
+        if isinstance(options.wire_log, (str, Path)):
+            own_stream = open(options.wire_log, "w")
             log = WireLog(own_stream)
         else:
-            log = WireLog(wire_log)
+            log = WireLog(options.wire_log)
     try:
-        with ProcessGroup(workload, n, step_timeout=step_timeout, faults=fault_list,
-                          wire_log=log) as group:
-            engine = DistributedEngine(workload, group, audit_every, on_rank_loss, max_restarts)
-            engine.timeline = timeline
+        with ProcessGroup(workload, n, step_timeout=options.step_timeout, faults=fault_list,
+                          wire_log=log, listen=options.listen, keys=keys,
+                          join_timeout=options.join_timeout, rejoin_timeout=options.rejoin_timeout,
+                          on_waiting=options.on_waiting) as group:
+            engine = DistributedEngine(workload, group, options.audit_every, options.on_rank_loss,
+                                       options.max_restarts)
+            engine.timeline = options.timeline
             yield engine
     finally:
         if own_stream is not None:

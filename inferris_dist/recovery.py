@@ -128,7 +128,7 @@ class DistributedEngine(Engine):
         blamed = isinstance(err, (RankLost, ShardDivergence)) and err.rank is not None
         if blamed:
             # every rank found dead by now goes too: a fault on all ranks is one recovery, not N
-            ranks = sorted({*err.ranks} | {r for r, w in self.group.workers.items() if not w.alive()})
+            ranks = sorted({*err.ranks} | self.group.dead_ranks())
         else:
             ranks = list(range(self.group.world_size))
         failed_epoch = self.group.epoch

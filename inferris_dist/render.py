@@ -167,10 +167,18 @@ def note_lines(record, style: Style) -> list[str]:
     return [f"{'':>{STEP_WIDTH}}  " + style.yellow(f"! {note}") for note in record.notes]
 
 
-def rank_table(totals: dict, pids: dict[int, list[int]], style: Style) -> str:
-    """Per rank: its worker pids (a restart adds one), steps, bytes, round trips, drops."""
+def rank_table(totals: dict, pids: dict[int, list[int]], style: Style,
+               hosts: dict[int, list[str]] | None = None) -> str:
+    """Per rank: its worker pids (a restart adds one; @host for members from other hosts),
+    steps, bytes, round trips, drops."""
     cols = ("rank", "pid", "steps", "sent", "received", "rtt p50 ms", "rtt p99 ms", "dropped")
-    rows = [(str(r), "->".join(map(str, pids.get(r, []))) or "-", str(t.steps), human_bytes(t.bytes_sent),
+
+    def who(r: int) -> str:
+        at = hosts.get(r, []) if hosts is not None else []
+        return "->".join(f"{p}@{at[i]}" if i < len(at) and at[i] else str(p)
+                         for i, p in enumerate(pids.get(r, []))) or "-"
+
+    rows = [(str(r), who(r), str(t.steps), human_bytes(t.bytes_sent),
              human_bytes(t.bytes_received), ms(t.percentile(0.5)), ms(t.percentile(0.99)),
              str(t.dropped)) for r, t in sorted(totals.items())]
     widths = [max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(cols)]

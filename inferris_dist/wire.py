@@ -20,7 +20,7 @@ import msgpack
 from engine import Workload, WorkloadError
 from engine.messages import ExecutionPlan, ItemOutcome, PlanItem
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2               # 2: PING (heartbeats to workers the scheduler did not start)
 MAX_FRAME_BYTES = 64 << 20        # also the sockets' ZMQ_MAXMSGSIZE
 MAX_HEADER_BYTES = 256
 MAX_HELLO_BYTES = 256             # what an unauthenticated peer may make us decode
@@ -42,7 +42,8 @@ class MsgType(IntEnum):
     AUDIT = 6      # scheduler -> worker: report your shard
     SHARD = 7      # worker -> scheduler: the shard snapshot
     STOP = 8       # scheduler -> worker: exit now
-    REFUSED = 9    # scheduler -> a would-be worker: why it was turned away
+    REFUSED = 9    # scheduler -> a would-be or retired worker: why it was turned away; it exits
+    PING = 10      # scheduler -> worker: still here (a worker we did not start leaves after silence)
 
 
 class Header(NamedTuple):
@@ -234,6 +235,7 @@ _DECODERS = {
     MsgType.SHARD: _shard,
     MsgType.STOP: _empty,
     MsgType.REFUSED: _refused,
+    MsgType.PING: _empty,
 }
 
 

@@ -1,9 +1,19 @@
 """A rank worker process: `python -m inferris_dist.worker` (or `inferris-dist worker`).
 
-It reads the run secret from stdin, connects to the scheduler, proves it holds
-the secret, takes its configuration, then answers each PLAN with its RESULT
+Two ways to start one:
+
+- spawned by `inferris-dist launch` on this host (`--parent-pid`): it reads
+  the run secret from stdin, proves it holds it, and exits with its parent
+  (parent-death signal and a pidfd on the parent);
+- started by someone else (a cluster's launcher, or by hand): rank, world
+  size and address from flags or the launcher's environment (placement.py),
+  the CURVE keys from `--keys DIR`. It exits 0 after the run's STOP, and by
+  itself (status 1, one line why) when the scheduler closes the connection,
+  refuses it, or is silent for SILENCE_S: the scheduler pings its members
+  every second, so silence means it is gone or cut off.
+
+Either way it takes its configuration, then answers each PLAN with its RESULT
 using engine's RankExecutor on its own page shard, in lockstep, until STOP.
-It exits by itself within about a second if the scheduler goes away.
 Injected faults (CONFIG's fault list) are acted out here, for real.
 """
 from __future__ import annotations
@@ -11,12 +21,12 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
-import select
 import signal
 import sys
 import time
 
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from engine.messages import page_spans
 from engine.rank import RankExecutor
@@ -24,11 +34,14 @@ from engine.shard import SlotStore
 
 from . import wire
 from .faults import parse_fault
+from .keys import ClientKeys, KeyFileError
+from .placement import PlacementError, place
 from .wire import MsgType
 
 PARENT_CHECK_MS = 500
-HANDSHAKE_TIMEOUT_S = 30.0
-EXIT_PROTOCOL = 3
+HANDSHAKE_TIMEOUT_S = 30.0      # spawned: the scheduler is there already
+SILENCE_S = 4.0                 # started by someone else: this long without a word and we leave
+EXIT_GONE, EXIT_USAGE, EXIT_PROTOCOL = 1, 2, 3
 
 
 def die_with_parent(parent_pid: int, death_signal: bool) -> None:
@@ -50,9 +63,11 @@ def die_with_parent(parent_pid: int, death_signal: bool) -> None:
 
 
 class Worker:
-    def __init__(self, rank: int, world_size: int, address: str, parent_pid: int, secret: bytes):
+    def __init__(self, rank: int, world_size: int, address: str, parent_pid: int | None,
+                 secret: bytes = b"", keys: ClientKeys | None = None):
         self.rank = rank
         self.world_size = world_size
+        self.address = address
         self.parent_pid = parent_pid
         self.secret = secret
         self.epoch = 0
@@ -62,16 +77,27 @@ class Worker:
         self.sock.setsockopt(zmq.RCVTIMEO, PARENT_CHECK_MS)
         self.sock.setsockopt(zmq.SNDTIMEO, 5000)
         self.sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_FRAME_BYTES)
-        self.sock.connect(address)
+        if keys is not None:
+            keys.apply(self.sock)
         self.poller = zmq.Poller()
         self.poller.register(self.sock, zmq.POLLIN)
+        self.monitor = None
+        if parent_pid is None:           # nobody to watch but the connection itself
+            self.monitor = self.sock.get_monitor_socket(
+                zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+            self.monitor.setsockopt(zmq.LINGER, 0)
+            self.poller.register(self.monitor, zmq.POLLIN)
+        self.sock.connect(address)
         self.parent_fd = None
-        if hasattr(os, "pidfd_open"):
+        if parent_pid is not None and hasattr(os, "pidfd_open"):
             try:
                 self.parent_fd = os.pidfd_open(parent_pid)
                 self.poller.register(self.parent_fd, zmq.POLLIN)
             except OSError:
                 self.parent_fd = None
+        self.configured = False
+        self.last_heard = time.monotonic()
         self.executor: RankExecutor | None = None
         self.faults = []
         self.previous_result: list[bytes] | None = None
@@ -85,30 +111,64 @@ class Worker:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             events = dict(self.poller.poll(PARENT_CHECK_MS))
-            if (self.parent_fd is not None and self.parent_fd in events) or os.getppid() != self.parent_pid:
-                os._exit(0)
+            self.check_scheduler(events)
             if self.sock in events:
                 frames = self.sock.recv_multipart()
+                self.last_heard = time.monotonic()
                 if len(frames) != 2:
                     fail(f"rank {self.rank}: a message of {len(frames)} frames from the scheduler")
                 try:
                     header = wire.decode_header(frames[0])
-                    return header, wire.decode_body(header.type, frames[1])
+                    body = wire.decode_body(header.type, frames[1])
                 except wire.WireError as e:
                     fail(f"rank {self.rank}: bad message from the scheduler: {e}")
+                if header.type is MsgType.REFUSED:
+                    leave(f"rank {self.rank}: refused by the scheduler: {body}")
+                if header.type is not MsgType.PING:
+                    return header, body
             if deadline is not None and time.monotonic() > deadline:
                 return None
 
-    def handshake(self) -> None:
+    def check_scheduler(self, events: dict) -> None:
+        """Leave if the scheduler is gone: parent exited (spawned), or the connection closed,
+        failed its handshake, or went silent (started by someone else)."""
+        if self.parent_pid is not None:
+            if (self.parent_fd is not None and self.parent_fd in events) or os.getppid() != self.parent_pid:
+                os._exit(0)
+            return
+        if self.monitor in events:
+            while True:
+                try:
+                    event = parse_monitor_message(self.monitor.recv_multipart(zmq.NOBLOCK))
+                except zmq.Again:
+                    break
+                kind = event["event"]
+                if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                    leave(f"rank {self.rank}: the scheduler at {self.address} refused this worker's "
+                          f"key (it is none of the run's rank keys)")
+                if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+                    leave(f"rank {self.rank}: no handshake with the scheduler at {self.address} "
+                          f"({_mismatch(event['value'])})")
+                if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                    leave(f"rank {self.rank}: the connection to the scheduler at {self.address} failed "
+                          f"during the handshake ({os.strerror(int(event['value']))}); is it the "
+                          f"run's scheduler, and are these its keys?")
+                if kind == zmq.EVENT_DISCONNECTED and self.configured:
+                    leave(f"rank {self.rank}: the scheduler at {self.address} closed the connection")
+        if self.configured and time.monotonic() - self.last_heard > SILENCE_S:
+            leave(f"rank {self.rank}: the scheduler at {self.address} has been silent for "
+                  f"{SILENCE_S:g} s; leaving")
+
+    def handshake(self, timeout_s: float = HANDSHAKE_TIMEOUT_S) -> None:
         pid = os.getpid()
-        hello = wire.Hello(pid, wire.proof_of_secret(self.secret, self.rank, self.world_size, pid))
+        proof = wire.proof_of_secret(self.secret, self.rank, self.world_size, pid) if self.secret else b""
+        hello = wire.Hello(pid, proof)
         self.send(MsgType.HELLO, 0, wire.encode_body(MsgType.HELLO, hello))
-        got = self.recv(HANDSHAKE_TIMEOUT_S)
+        got = self.recv(timeout_s)
         if got is None:
-            fail(f"rank {self.rank}: no configuration from the scheduler")
+            leave(f"rank {self.rank}: no configuration from the scheduler at {self.address} "
+                  f"within {timeout_s:g} s")
         header, body = got
-        if header.type is MsgType.REFUSED:
-            fail(f"rank {self.rank}: refused by the scheduler: {body}")
         if header.type is not MsgType.CONFIG:
             fail(f"rank {self.rank}: expected CONFIG, got {header.type.name}")
         self.epoch = header.epoch
@@ -118,6 +178,7 @@ class Worker:
         if body.shard:
             self.executor.shard.load(body.shard)
         self.faults = [parse_fault(f) for f in body.faults]
+        self.configured = True
         self.send(MsgType.READY, 0, wire.encode_body(MsgType.READY, ()))
 
     def serve(self) -> None:
@@ -144,11 +205,9 @@ class Worker:
         if "exit" in firing:
             os._exit(0)
         if "hang" in firing:
-            while os.getppid() == self.parent_pid:   # busy, holding the GIL, deaf to the socket
-                pass
-            os._exit(0)
+            self.hang()
         if "delay" in firing:
-            self.sleep_unless_orphaned(firing["delay"].arg)
+            self.sleep(firing["delay"].arg)
         result = self.executor.execute(plan)
         outcomes = result.outcomes
         if "drop-write" in firing:
@@ -170,21 +229,64 @@ class Worker:
             self.sock.send_multipart(self.previous_result)
         self.previous_result = frames
 
-    def sleep_unless_orphaned(self, seconds: float) -> None:
+    def hang(self) -> None:
+        """Stop answering for good: busy, holding the GIL, deaf to plans. Still leaves when the
+        scheduler is gone or tells it to (a member someone else started must not linger)."""
+        if self.parent_pid is not None:
+            while os.getppid() == self.parent_pid:
+                pass
+            os._exit(0)
+        next_look = 0.0
+        while True:
+            now = time.monotonic()
+            if now >= next_look:             # a glance every 50 ms, between spins
+                next_look = now + 0.05
+                self.glance()
+
+    def glance(self) -> None:
+        """Without reading plans: leave if refused, stopped, or the scheduler is gone."""
+        self.check_scheduler(dict(self.poller.poll(0)))
+        while self.sock.poll(0):
+            frames = self.sock.recv_multipart()
+            self.last_heard = time.monotonic()
+            try:
+                header = wire.decode_header(frames[0])
+            except (wire.WireError, IndexError):
+                continue
+            if header.type is MsgType.STOP:
+                os._exit(0)
+            if header.type is MsgType.REFUSED:
+                leave(f"rank {self.rank}: refused by the scheduler while hung")
+
+    def sleep(self, seconds: float) -> None:
+        """Answer `seconds` late, leaving at once if the scheduler is gone."""
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
-            if self.parent_fd is not None:
-                if select.select([self.parent_fd], [], [], left)[0]:
-                    os._exit(0)
+            if self.parent_pid is not None:
+                watch = zmq.Poller()
+                if self.parent_fd is not None:
+                    watch.register(self.parent_fd, zmq.POLLIN)
+                events = dict(watch.poll(int(min(left, PARENT_CHECK_MS / 1000) * 1000) + 1))
+                self.check_scheduler(events)
             else:
-                time.sleep(min(left, PARENT_CHECK_MS / 1000))
-            if os.getppid() != self.parent_pid:
-                os._exit(0)
+                watch = zmq.Poller()
+                watch.register(self.monitor, zmq.POLLIN)
+                self.check_scheduler(dict(watch.poll(int(min(left, 0.5) * 1000) + 1)))
+                self.last_heard = time.monotonic()   # busy by order, not abandoned
 
     def close(self) -> None:
+        if self.monitor is not None:
+            self.sock.disable_monitor()
+            self.monitor.close(linger=0)
         self.sock.close(linger=0)
         if self.parent_fd is not None:
             os.close(self.parent_fd)
+
+
+def _mismatch(code: int) -> str:
+    if code == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+        return "one side uses CURVE keys and the other does not: pass the run's --keys DIR"
+    return f"ZMTP protocol error {int(code):#x}"
 
 
 def _drop_last_write(shard: SlotStore, outcomes) -> None:
@@ -198,24 +300,81 @@ def _drop_last_write(shard: SlotStore, outcomes) -> None:
             return
 
 
-def fail(message: str) -> None:
+def fail(message: str, status: int = EXIT_PROTOCOL) -> None:
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
-    os._exit(EXIT_PROTOCOL)
+    os._exit(status)
+
+
+def leave(message: str) -> None:
+    """The scheduler is gone, silent, or does not want us: one line, status 1."""
+    fail(message, EXIT_GONE)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        fail(f"inferris-dist worker: {message}", EXIT_USAGE)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want an integer, got {text!r}") from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"want seconds in (0, 86400], got {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="inferris-dist worker",
-                                 description="a rank worker; started by `inferris-dist launch`, "
-                                             "reads the run secret from stdin")
-    ap.add_argument("--rank", type=int, required=True)
-    ap.add_argument("--world-size", type=int, required=True)
-    ap.add_argument("--connect", required=True, help="the scheduler's ZeroMQ address")
-    ap.add_argument("--parent-pid", type=int, required=True)
-    ap.add_argument("--death-signal", action="store_true",
-                    help="ask the kernel to kill this worker when its parent dies")
+    ap = _Parser(prog="inferris-dist worker",
+                 description="A rank worker. Started by `inferris-dist launch` on this host, or "
+                             "by anyone (a cluster launcher: mpiexec, srun, torchrun, a Kubernetes "
+                             "indexed Job) for a scheduler started with `launch --listen`.")
+    ap.add_argument("--rank", type=_int, help="this worker's rank (default: from the launcher's "
+                    "environment: RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, "
+                    "JOB_COMPLETION_INDEX)")
+    ap.add_argument("--world-size", type=_int, help="number of ranks (default: WORLD_SIZE, "
+                    "SLURM_NTASKS, OMPI_COMM_WORLD_SIZE, PMI_SIZE)")
+    ap.add_argument("--connect", metavar="tcp://HOST:PORT",
+                    help="the scheduler's address (default: tcp://$MASTER_ADDR:$MASTER_PORT)")
+    ap.add_argument("--keys", metavar="DIR", help="CURVE key directory (from `inferris-dist keys`): "
+                    "scheduler.key and this rank's rank-R.key_secret")
+    ap.add_argument("--join-timeout", type=_seconds, default=60.0, metavar="SECONDS",
+                    help="how long to wait for the scheduler to take us in (default 60)")
+    ap.add_argument("--parent-pid", type=_int, help=argparse.SUPPRESS)     # spawned by launch
+    ap.add_argument("--death-signal", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the scheduler stops us, not the terminal
+    signal.signal(signal.SIGINT, signal.SIG_IGN if args.parent_pid else signal.SIG_DFL)
+    if args.parent_pid is not None:
+        return _spawned(args)
+    try:
+        where = place(args.rank, args.world_size, args.connect, os.environ)
+        keys = ClientKeys.load(args.keys, where.rank) if args.keys else None
+    except (PlacementError, KeyFileError) as e:
+        fail(f"inferris-dist worker: {e}", EXIT_USAGE)
+    sys.stderr.write(f"inferris-dist worker: {where.line()}"
+                     f"{', CURVE keys from ' + args.keys if keys else ', no keys (plaintext)'}\n")
+    sys.stderr.flush()
+    worker = Worker(where.rank, where.world_size, where.address, None, keys=keys)
+    try:
+        worker.handshake(args.join_timeout)
+        worker.serve()
+    finally:
+        worker.close()
+    return 0
+
+
+def _spawned(args) -> int:
+    if args.rank is None or args.world_size is None or not args.connect:
+        fail("inferris-dist worker: --parent-pid needs --rank, --world-size and --connect", EXIT_USAGE)
     die_with_parent(args.parent_pid, args.death_signal)
     line = sys.stdin.readline().strip()
     try:

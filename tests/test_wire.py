@@ -143,7 +143,7 @@ def check_well_typed(kind: MsgType, value) -> None:
             pages(v)
         shard(value.shard)
         assert type(value.faults) is list and all(type(f) is str for f in value.faults)
-    elif kind in (MsgType.READY, MsgType.AUDIT, MsgType.STOP):
+    elif kind in (MsgType.READY, MsgType.AUDIT, MsgType.STOP, MsgType.PING):
         assert value == ()
     elif kind is MsgType.PLAN:
         assert type(value) is ExecutionPlan and type(value.step) is int
@@ -209,7 +209,7 @@ def test_header_roundtrip(kind, fields):
 
 @pytest.mark.timeout(10)
 def test_empty_bodies_roundtrip():
-    for kind in (MsgType.READY, MsgType.AUDIT, MsgType.STOP):
+    for kind in (MsgType.READY, MsgType.AUDIT, MsgType.STOP, MsgType.PING):
         assert roundtrip(kind, ()) == ()
 
 
@@ -317,11 +317,12 @@ def with_at(t: tuple, i: int, v) -> tuple:
 
 BAD_HEADERS = {
     "version-0": pk(with_at(GOOD_HEADER, 0, 0)),
-    "version-2": pk(with_at(GOOD_HEADER, 0, 2)),
+    "version-1": pk(with_at(GOOD_HEADER, 0, 1)),
+    "version-3": pk(with_at(GOOD_HEADER, 0, 3)),
     "version-99": pk(with_at(GOOD_HEADER, 0, 99)),
     "version-negative": pk(with_at(GOOD_HEADER, 0, -1)),
     "type-0": pk(with_at(GOOD_HEADER, 1, 0)),
-    "type-10": pk(with_at(GOOD_HEADER, 1, 10)),
+    "type-11": pk(with_at(GOOD_HEADER, 1, 11)),
     "type-99": pk(with_at(GOOD_HEADER, 1, 99)),
     "type--1": pk(with_at(GOOD_HEADER, 1, -1)),
     "type-huge": pk(with_at(GOOD_HEADER, 1, 2**64 - 1)),
@@ -407,7 +408,7 @@ BAD_BODIES = [
     (MsgType.CONFIG, "faults-int", with_at(GOOD_CONFIG, 4, (1,))),
     (MsgType.CONFIG, "faults-bytes", with_at(GOOD_CONFIG, 4, (b"1:crash@3",))),
     # READY, AUDIT, STOP: exactly the empty array
-    *[(k, name, v) for k in (MsgType.READY, MsgType.AUDIT, MsgType.STOP)
+    *[(k, name, v) for k in (MsgType.READY, MsgType.AUDIT, MsgType.STOP, MsgType.PING)
       for name, v in [("nil", None), ("one", (1,)), ("map", {}), ("int", 0), ("str", ""),
                       ("false", False), ("ext", EXT), ("nested-empty", ((),))]],
     # PLAN
@@ -603,7 +604,7 @@ def test_a_body_of_one_type_is_refused_as_another():
     frames = dict(valid_frames()[1:])
     for kind, frame in frames.items():
         for other in MsgType:
-            same_shape = {kind, other} <= {MsgType.READY, MsgType.AUDIT, MsgType.STOP}
+            same_shape = {kind, other} <= {MsgType.READY, MsgType.AUDIT, MsgType.STOP, MsgType.PING}
             empty_list = frame == msgpack.packb(()) and other in (MsgType.RESULT, MsgType.SHARD)
             if other is kind or same_shape or empty_list:    # () is also no outcomes, no pages
                 continue
@@ -659,8 +660,8 @@ SHAPES = {
     MsgType.SHARD: _SHARD,
     MsgType.REFUSED: shaped(_S),
 }
-SHAPES[MsgType.AUDIT] = SHAPES[MsgType.STOP] = SHAPES[MsgType.READY]
-HEADER_SHAPE = shaped(mostly(st.sampled_from([1, 1, 1, 0, 2, 99])),
+SHAPES[MsgType.AUDIT] = SHAPES[MsgType.STOP] = SHAPES[MsgType.PING] = SHAPES[MsgType.READY]
+HEADER_SHAPE = shaped(mostly(st.sampled_from([2, 2, 2, 0, 1, 3, 99])),
                       mostly(st.integers(-1, 11)), _I, _I, _I, _I)
 
 
@@ -890,7 +891,7 @@ def test_hostile_peers_during_the_handshake_are_refused_with_a_reason(zctx):
         sent_in_window = not handshake_done.is_set()
         # Once rank 0 is configured (and rank 1 not yet), claiming rank 0 is claiming a taken rank.
         deadline = time.monotonic() + 10
-        while 0 not in group.identity and not handshake_done.is_set() and time.monotonic() < deadline:
+        while 0 not in group.channel.members and not handshake_done.is_set() and time.monotonic() < deadline:
             time.sleep(0.0005)
         taken_cm = dealer(zctx, group.address)
         taken_sock = taken_cm.__enter__()
@@ -1015,7 +1016,7 @@ def test_a_peer_with_a_ranks_routing_id_cannot_take_its_place(zctx):
     workload = LIVE_WORKLOAD
     stream = io.StringIO()
     with launch(workload, world_size=2, wire_log=stream) as engine:
-        ident = engine.group.identity[0]
+        ident = engine.group.channel.members[0].identity
         with dealer(zctx, engine.group.address, routing_id=ident) as spoof:
             forged = lambda step: [wire.encode_header(MsgType.RESULT, 0, step, 0, 2),
                                    wire.encode_body(MsgType.RESULT, (ItemOutcome("q0", 0, 1, 0, (5,)),))]

@@ -1,0 +1,165 @@
+"""Two ways of getting members for a process group.
+
+- `Spawned`: fresh worker processes on this host, started by us, each proving
+  the run secret and its pid; we watch their pidfds and stop them at the end.
+- `External`: workers someone else starts (a cluster's launcher on other
+  hosts, or a person), each proving its rank's CURVE key (or nothing, on a
+  loopback address without keys); we can neither watch nor kill them, so we
+  keep them hearing from us, and tell them to exit when we are done or when
+  they are replaced.
+
+The group cannot tell the two kinds of member apart once admitted: both go
+through the same admission and the same channel.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from launcher import WorkerProcess, spawn_workers, stop_workers
+
+from . import wire
+from .channel import Meta, RankChannel
+from .gate import user_id
+from .keys import ServerKeys
+from .wire import MsgType
+
+
+class Spawned:
+    proof = "run secret"
+    heartbeat = False
+
+    def __init__(self, channel: RankChannel, secret: bytes, log_dir: Path, start_timeout: float):
+        self.channel = channel
+        self.secret = secret
+        self.log_dir = log_dir
+        self.start_timeout = start_timeout
+        self.workers: dict[int, WorkerProcess] = {}
+        self.pids: dict[int, list[int]] = {r: [] for r in range(channel.world_size)}  # oldest first
+        channel.explain = self.explain
+
+    def argv(self, rank: int) -> list[str]:
+        argv = [sys.executable, "-m", "inferris_dist.worker", "--rank", str(rank),
+                "--world-size", str(self.channel.world_size), "--connect", self.channel.address,
+                "--parent-pid", str(os.getpid())]
+        if threading.current_thread() is threading.main_thread():
+            argv.append("--death-signal")  # tied to the spawning thread: only the main one lasts
+        return argv
+
+    def start(self, ranks: Sequence[int]) -> tuple[float, str]:
+        """Start workers for `ranks`; the wait for their handshake, and what it means to miss it."""
+        for w in spawn_workers(self.argv, self.channel.world_size, self.secret, ranks, self.log_dir):
+            self.workers[w.rank] = w
+            self.pids[w.rank].append(w.pid)
+            self.channel.watch_process(w.rank, w.sentinel)
+        return self.start_timeout, f"did not finish the handshake within {self.start_timeout:g} s"
+
+    def vet(self, rank: int, header: wire.Header, hello: wire.Hello, meta: Meta) -> str | None:
+        if not wire.check_proof(self.secret, header, hello):
+            return f"claims rank {rank} without proof of the run secret"
+        if rank not in self.workers or hello.pid != self.workers[rank].pid:
+            return f"claims rank {rank} from pid {hello.pid}, not the worker we started"
+        return None
+
+    def dead(self) -> set[int]:
+        return {r for r, w in self.workers.items() if not w.alive()}
+
+    def explain(self, rank: int) -> str:
+        w = self.workers.get(rank)
+        if w is None:
+            return ""
+        try:
+            w.proc.wait(timeout=1.0)   # its connection may close a moment before it is reaped
+        except subprocess.TimeoutExpired:
+            return " (its connection closed; the process still runs)"
+        words = w.last_words()
+        return f" ({w.exit_description()}" + (f"; its last words: {words})" if words else ")")
+
+    def retire(self, ranks: Sequence[int]) -> None:
+        """The old workers of `ranks` are killed, not asked: they are lost or not trusted."""
+        old = [self.workers.pop(r) for r in ranks if r in self.workers]
+        stop_workers(old, grace=0.0, term_wait=0.5)
+        for w in old:
+            self.channel.unwatch_process(w.rank)
+            self.channel.retire(w.rank, "stopped")
+
+    def close(self) -> None:
+        workers = list(self.workers.values())
+        if workers:
+            stop_workers(workers, polite=lambda: _send_stop(self.channel, [w.rank for w in workers
+                                                                            if w.alive()]),
+                         grace=1.0, term_wait=1.0)
+        self.workers = {}
+
+    @property
+    def pids_started(self) -> list[int]:
+        return [pid for pids in self.pids.values() for pid in pids]
+
+
+class External:
+    heartbeat = True
+
+    def __init__(self, channel: RankChannel, keys: ServerKeys | None, join_timeout: float,
+                 rejoin_timeout: float, on_waiting: Callable[[str, list[int], float, bool], None] | None):
+        self.channel = channel
+        self.keys = keys
+        self.proof = "CURVE key" if keys is not None else "nothing (plaintext on loopback)"
+        self.join_timeout = join_timeout
+        self.rejoin_timeout = rejoin_timeout
+        self.on_waiting = on_waiting
+        self.joined = False
+        self.pids: dict[int, list[int]] = {r: [] for r in range(channel.world_size)}
+        self.hosts: dict[int, list[str]] = {r: [] for r in range(channel.world_size)}
+
+    def start(self, ranks: Sequence[int]) -> tuple[float, str]:
+        """Nothing to start: say who we wait for, and for how long."""
+        rejoin = self.joined
+        timeout = self.rejoin_timeout if rejoin else self.join_timeout
+        if self.on_waiting is not None:
+            self.on_waiting(self.channel.address, list(ranks), timeout, rejoin)
+        self.joined = True
+        return timeout, f"{'did not rejoin' if rejoin else 'never joined'} within {timeout:g} s"
+
+    def vet(self, rank: int, header: wire.Header, hello: wire.Hello, meta: Meta) -> str | None:
+        if self.keys is not None and meta.user_id != user_id(rank):
+            held = meta.user_id or "no rank key"
+            return f"claims rank {rank} but holds the key of {held.replace('-', ' ')}"
+        self.pids[rank].append(hello.pid)
+        self.hosts[rank].append(meta.host)
+        return None
+
+    def dead(self) -> set[int]:
+        return set()
+
+    def retire(self, ranks: Sequence[int]) -> None:
+        """Replaced members are told to exit (now, or when a partition heals and they hear it)."""
+        for rank in ranks:
+            member = self.channel.members.get(rank)
+            if member is not None:
+                self.channel.retire(rank, "replaced")
+                self.channel.refuse(member.identity, f"rank {rank} of epoch {member.epoch} was "
+                                    f"replaced in epoch {self.channel.epoch}: exit", member.host)
+
+    def close(self, wait: float = 2.0) -> None:
+        """STOP to every member, then wait (bounded) for their connections to close: the
+        socket drops what it has not sent when it closes."""
+        channel = self.channel
+        _send_stop(channel, list(channel.members))
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and not all(
+                r in channel.dead_ranks for r, m in channel.members.items() if m.fd is not None):
+            channel.wait(deadline)
+
+    @property
+    def pids_started(self) -> list[int]:
+        return []
+
+
+def _send_stop(channel: RankChannel, ranks: Sequence[int]) -> None:
+    for rank in ranks:
+        channel.send(rank, MsgType.STOP, 0, wire.encode_body(MsgType.STOP, ()), (), quiet=True)
