@@ -19,6 +19,7 @@ is retired, never re-admitted: if it speaks again it is told to exit.
 """
 from __future__ import annotations
 
+import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -301,7 +302,7 @@ class RankChannel:
                         m.fd = None
             elif self.refusals.add("handshake"):
                 self.note(None, "refused a connection: its handshake failed "
-                                f"({_handshake_failure(value)})")
+                                f"({_handshake_failure(what, value)})")
 
     # -- sending -----------------------------------------------------------------------
 
@@ -382,10 +383,10 @@ def _srcfd(frame: zmq.Frame) -> int | None:
         return None
 
 
-def _handshake_failure(code: int) -> str:
-    if code == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
-        return "it does not speak CURVE: a plaintext peer"
-    try:
-        return zmq.Event(code).name.lower().replace("_", " ")
-    except ValueError:
-        return f"protocol error {code:#x}"
+def _handshake_failure(what: str, code: int) -> str:
+    if what == "protocol":
+        if code == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+            return "it does not speak CURVE: a plaintext peer"
+        return f"ZMTP protocol error {code:#x}"
+    return (f"the connection closed mid-handshake: {os.strerror(code)}; a plaintext peer, "
+            f"or one that does not hold this scheduler's public key")

@@ -110,7 +110,8 @@ class Gate:
                                          user_id(rank).encode(), b""])
 
     def monitor_events(self) -> Iterator[tuple[str, int]]:
-        """('handshake', 0) for a failed handshake, ('closed', fd) for a closed connection."""
+        """('closed', fd) for a closed connection; ('protocol', code) or ('no-detail', errno)
+        for a failed handshake."""
         while True:
             try:
                 event = parse_monitor_message(self.monitor.recv_multipart(zmq.NOBLOCK))
@@ -118,8 +119,10 @@ class Gate:
                 return
             if event["event"] == zmq.EVENT_DISCONNECTED:
                 yield "closed", int(event["value"])
+            elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+                yield "protocol", int(event["value"])
             else:
-                yield "handshake", int(event["value"])
+                yield "no-detail", int(event["value"])
 
     def close(self) -> None:
         for s in self.sockets:

@@ -77,6 +77,7 @@ class Worker:
         self.sock.setsockopt(zmq.RCVTIMEO, PARENT_CHECK_MS)
         self.sock.setsockopt(zmq.SNDTIMEO, 5000)
         self.sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_FRAME_BYTES)
+        self.keys = keys
         if keys is not None:
             keys.apply(self.sock)
         self.poller = zmq.Poller()
@@ -150,12 +151,13 @@ class Worker:
                     leave(f"rank {self.rank}: no handshake with the scheduler at {self.address} "
                           f"({_mismatch(event['value'])})")
                 if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-                    leave(f"rank {self.rank}: the connection to the scheduler at {self.address} failed "
-                          f"during the handshake ({os.strerror(int(event['value']))}); is it the "
-                          f"run's scheduler, and are these its keys?")
+                    hint = ("is scheduler.key in --keys the key of this scheduler?" if self.keys
+                            else "the scheduler probably uses CURVE: pass the run's --keys DIR")
+                    leave(f"rank {self.rank}: the scheduler at {self.address} closed the connection "
+                          f"during the handshake ({os.strerror(int(event['value']))}); {hint}")
                 if kind == zmq.EVENT_DISCONNECTED and self.configured:
                     leave(f"rank {self.rank}: the scheduler at {self.address} closed the connection")
-        if self.configured and time.monotonic() - self.last_heard > SILENCE_S:
+        if self.configured and self.sock not in events and time.monotonic() - self.last_heard > SILENCE_S:
             leave(f"rank {self.rank}: the scheduler at {self.address} has been silent for "
                   f"{SILENCE_S:g} s; leaving")
 

@@ -1,0 +1,167 @@
+"""Helpers for runs whose ranks the scheduler did not start: a `launch --listen`
+scheduler as a child process, and `inferris-dist worker`s started beside it
+(on this host, in a network namespace, or by a cluster launcher).
+
+Every wait is on a condition with a deadline: lines are read with select.
+"""
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import pytest
+
+from procs import all_gone
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = Path(sys.executable).with_name("inferris-dist")
+CLI = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "inferris_dist.cli"]
+ENV = {**os.environ, "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8", "PYTHONUNBUFFERED": "1"}
+# a launcher's variables in our own environment must not place the workers we start
+for _var in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
+             "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "JOB_COMPLETION_INDEX",
+             "MASTER_ADDR", "MASTER_PORT"):
+    ENV.pop(_var, None)
+LISTENING = re.compile(r"listening at (tcp://\S+) ")
+
+
+class Lines:
+    """A child's output stream, read line by line, each read bounded by a deadline."""
+
+    def __init__(self, stream):
+        self.fd = stream.fileno()
+        self.buf = b""
+        self.lines: list[str] = []
+        self.eof = False
+
+    def pump(self, timeout: float) -> None:
+        if self.eof:
+            return
+        ready, _, _ = select.select([self.fd], [], [], max(0.0, timeout))
+        if ready:
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                self.eof = True
+                if self.buf:
+                    self.lines.append(self.buf.decode(errors="replace"))
+                    self.buf = b""
+            self.buf += chunk
+            *complete, self.buf = self.buf.split(b"\n")
+            self.lines += [c.decode(errors="replace") for c in complete]
+
+    def until(self, pattern: str, timeout: float, start: int = 0) -> str:
+        """The first line from index `start` on that matches `pattern` (fails at the deadline)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in self.lines[start:]:
+                if re.search(pattern, line):
+                    return line
+            left = deadline - time.monotonic()
+            if self.eof or left <= 0:
+                pytest.fail(f"no line matching {pattern!r} within {timeout} s "
+                            f"(eof={self.eof}); got {self.lines[-30:]!r}")
+            self.pump(left)
+
+    def rest(self, timeout: float) -> list[str]:
+        """Everything until EOF (bounded)."""
+        deadline = time.monotonic() + timeout
+        while not self.eof and time.monotonic() < deadline:
+            self.pump(deadline - time.monotonic())
+        return self.lines
+
+
+class Scheduler:
+    """`inferris-dist launch --listen ...` as a child; `prefix` runs it elsewhere (ip netns exec)."""
+
+    def __init__(self, args: Sequence[str], prefix: Sequence[str] = ()):
+        self.proc = subprocess.Popen([*prefix, *CLI, "launch", *map(str, args)], env=ENV,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL)
+        self.out = Lines(self.proc.stdout)
+        self.err = Lines(self.proc.stderr)
+        self.address = ""
+
+    def listening(self, timeout: float = 20) -> str:
+        line = self.err.until(r"listening at ", timeout)
+        self.address = LISTENING.search(line).group(1)
+        return self.address
+
+    def finish(self, timeout: float = 60) -> tuple[int, list[str], list[str]]:
+        """Wait for the exit; (status, stdout lines, stderr lines)."""
+        deadline = time.monotonic() + timeout
+        while (not self.out.eof or not self.err.eof) and time.monotonic() < deadline:
+            ready, _, _ = select.select([s.fd for s in (self.out, self.err) if not s.eof], [], [],
+                                       max(0.0, deadline - time.monotonic()))
+            for s in (self.out, self.err):
+                if s.fd in ready:
+                    s.pump(0)
+        try:
+            status = self.proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"the scheduler did not finish within {timeout} s; "
+                        f"stdout {self.out.lines[-20:]!r}, stderr {self.err.lines[-20:]!r}")
+        return status, self.out.lines, self.err.lines
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+
+def worker_argv(address: str, keys: str | Path | None, rank: int | None = None,
+                world_size: int | None = None, extra: Sequence[str] = ()) -> list[str]:
+    argv = [*CLI, "worker", "--connect", address]
+    if keys is not None:
+        argv += ["--keys", str(keys)]
+    if rank is not None:
+        argv += ["--rank", str(rank)]
+    if world_size is not None:
+        argv += ["--world-size", str(world_size)]
+    return argv + list(extra)
+
+
+def start_worker(address: str, keys, rank=None, world_size=None, env: dict | None = None,
+                 prefix: Sequence[str] = (), extra: Sequence[str] = ()) -> subprocess.Popen:
+    return subprocess.Popen([*prefix, *worker_argv(address, keys, rank, world_size, extra)],
+                            env={**ENV, **(env or {})}, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def stop_all(procs: Sequence[subprocess.Popen], timeout: float = 10) -> None:
+    """Kill whatever still runs (a test's cleanup: never leave a process behind)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    left = all_gone([p.pid for p in procs], timeout)
+    for p in procs:
+        try:
+            p.wait(1)
+        except subprocess.TimeoutExpired:
+            pass
+    assert not left, f"still running: {left}"
+
+
+def exit_line(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
+    """Wait for a worker to exit; (status, its last stderr line)."""
+    try:
+        status = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"worker {proc.pid} still runs after {timeout} s")
+    lines = proc.stderr.read().decode(errors="replace").strip().splitlines()
+    return status, lines[-1] if lines else ""
+
+
+def run_json(spec: str | Path, *args) -> list[str]:
+    """`inferris-dist run --json` of a workload: the reference trace."""
+    done = subprocess.run([*CLI, "run", "--json", "--spec", str(spec), *map(str, args)], env=ENV,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
