@@ -1,0 +1,65 @@
+"""A real cluster launcher: MPICH's mpiexec (Hydra, from the `mpich` package of the test
+extra) starts `inferris-dist worker` N times; each takes its rank and the world size from
+PMI_RANK / PMI_SIZE; the trace is the one of `run --json`.
+
+Skipped with the reason where no mpiexec is installed.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from external import CLI, ENV, Scheduler, run_json, stop_all
+from inferris_dist.keys import write_keys
+
+pytestmark = pytest.mark.timeout(90)
+
+REPO = Path(__file__).resolve().parent.parent
+PREEMPTION = REPO / "tests" / "data" / "golden" / "preemption.spec.json"
+_BESIDE = Path(sys.executable).with_name("mpiexec")
+MPIEXEC = str(_BESIDE) if _BESIDE.is_file() else shutil.which("mpiexec")
+
+
+def _is_mpich(path: str | None) -> bool:
+    if path is None:
+        return False
+    try:
+        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "HYDRA" in done.stdout
+
+
+needs_mpich = pytest.mark.skipif(not _is_mpich(MPIEXEC),
+                                 reason="no MPICH mpiexec (pip install mpich, the test extra)")
+
+
+@needs_mpich
+@pytest.mark.parametrize("n", [2, 4])
+def test_mpiexec_starts_the_ranks(tmp_path, n):
+    keys = tmp_path / "keys"
+    write_keys(keys, n)
+    want = run_json(PREEMPTION, "--world-size", n)
+    procs = []
+    try:
+        sched = Scheduler(["--listen", "tcp://127.0.0.1:0", "--keys", keys, "--spec", PREEMPTION,
+                           "--world-size", n, "--json"])
+        procs.append(sched.proc)
+        address = sched.listening()
+        mpi = subprocess.Popen([MPIEXEC, "-n", str(n), *CLI, "worker", "--connect", address,
+                                "--keys", str(keys)], env=ENV, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs.append(mpi)
+        status, out, err = sched.finish()
+        assert status == 0, err
+        assert out == want
+        said, _ = mpi.communicate(timeout=20)
+        assert mpi.returncode == 0, said
+        for r in range(n):
+            assert f"rank {r} of {n}" in said and "PMI_RANK" in said, said
+    finally:
+        stop_all(procs)
