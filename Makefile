@@ -22,6 +22,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python examples/serving.py
 	$(BIN)/python examples/bench_boundary.py
+	$(BIN)/python examples/bench_hosts.py   # across namespaces when run as root
 
 golden: $(STAMP)
 	$(BIN)/python -m pytest -q tests/test_golden.py tests/test_launch.py -k golden

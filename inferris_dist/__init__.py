@@ -5,7 +5,7 @@
             ...
 """
 from .group import ProcessGroup
-from .launch import launch
+from .launch import LaunchOptions, launch
 from .recovery import DistributedEngine
 
-__all__ = ["DistributedEngine", "ProcessGroup", "launch"]
+__all__ = ["DistributedEngine", "LaunchOptions", "ProcessGroup", "launch"]

@@ -129,14 +129,18 @@ class ProcessGroup:
         Ctrl-C must not leave orphans behind.
         """
         with _interrupts_held():
-            if self.members is not None and self.channel.sock is not None:
-                self.members.close()
-            elif isinstance(self.members, Spawned):
+            if self.members is not None:
                 self.members.close()
             self.channel.close()
             if self.log_dir is not None:
                 shutil.rmtree(self.log_dir, ignore_errors=True)
                 self.log_dir = None
+
+    def hosts_of(self, ranks: Sequence[int]) -> tuple[str, ...]:
+        """Where the members of `ranks` joined from (empty for workers we spawned)."""
+        if not self.external:
+            return ()
+        return tuple(self.channel.members[r].host if r in self.channel.members else "" for r in ranks)
 
     def dead_ranks(self) -> set[int]:
         """Ranks known to be gone (process exited or connection closed)."""

@@ -46,6 +46,7 @@ class Recovery:
     shard_pages: int       # pages rebuilt into each new shard (0 for recompute)
     preempted: tuple[str, ...] = ()
     in_audit: bool = False  # found by the shard audit, between steps
+    hosts: tuple[str, ...] = ()   # where the replacements joined from (members we did not start)
 
 
 class DistributedEngine(Engine):
@@ -150,7 +151,8 @@ class DistributedEngine(Engine):
                 self._preempted_between_steps += preempted
         self.recoveries.append(Recovery(step, failed_epoch, err.kind, err.rank, err.message,
                                         self.policy, tuple(ranks), tuple(pids), pages,
-                                        tuple(preempted), in_audit=prepared is None))
+                                        tuple(preempted), in_audit=prepared is None,
+                                        hosts=self.group.hosts_of(ranks)))
         if self.timeline is not None:
             self.timeline.instant(f"{self.policy}: {err.kind}", step=step, epoch=failed_epoch,
                                   ranks=list(ranks), message=err.message)

@@ -194,14 +194,16 @@ def recovery_lines(r, style: Style) -> str:
     """A failure survived: what failed, then what the policy did."""
     pad = f"{'':>{STEP_WIDTH}}  "
     failed = style.red(f"! {r.kind} at step {r.step}, epoch {r.epoch}: {r.message}")
-    ranks = ", ".join(f"rank {rank} as pid {pid}" for rank, pid in zip(r.restarted, r.pids))
+    ranks = ", ".join(f"rank {rank} as pid {pid}" + (f" at {r.hosts[i]}" if r.hosts else "")
+                      for i, (rank, pid) in enumerate(zip(r.restarted, r.pids)))
+    how = "replaced by a worker that joined:" if r.hosts else "restarted"
     if r.policy == "restore":
         then = "audited again" if r.in_audit else "the same plan again"
-        done = (f"restore: restarted {ranks} in epoch {r.epoch + 1}, shard rebuilt from the pool "
+        done = (f"restore: {how} {ranks} in epoch {r.epoch + 1}, shard rebuilt from the pool "
                 f"({r.shard_pages} pages); {then}")
     else:
         lost = " ".join(r.preempted) or "nothing"
         then = "audited again" if r.in_audit else "the step planned again"
-        done = (f"recompute: restarted {ranks} empty in epoch {r.epoch + 1}; every page dropped, "
+        done = (f"recompute: {how} {ranks} empty in epoch {r.epoch + 1}; every page dropped, "
                 f"preempted {lost}; {then}")
     return f"{pad}{failed}\n{pad}{style.yellow(done)}"

@@ -358,3 +358,66 @@ def test_a_replaced_worker_that_comes_back_is_refused_and_exits(tmp_path, keys, 
     notes = [e.get("text", "") for e in map(json.loads, log.read_text().splitlines())
              if e.get("event") == "note"]
     assert any("rank 1 of epoch 0 was replaced" in t for t in notes), notes
+
+
+def test_workers_leave_within_5_s_when_the_scheduler_goes_silent(tmp_path, keys, procs):
+    """A scheduler that stops talking (SIGSTOP here; a dead host, a frozen VM) is as good as
+    gone: every member it did not start leaves on its own."""
+    sched = Scheduler(["--listen", "tcp://127.0.0.1:0", "--keys", keys, "--spec", long_spec(tmp_path),
+                       "--world-size", 2, "--fault", "all:delay@0+:0.01"])
+    procs.append(sched.proc)
+    address = sched.listening()
+    workers = [start_worker(address, keys, r, 2) for r in range(2)]
+    procs.extend(workers)
+    sched.out.until(r"^\s+5\s", 30)
+    os.kill(sched.proc.pid, signal.SIGSTOP)
+    try:
+        for w in workers:
+            code, line = exit_line(w, 6.5)
+            assert code == 1 and "silent" in line, line
+    finally:
+        os.kill(sched.proc.pid, signal.SIGCONT)
+    status, _, err = sched.finish(30)
+    assert status == 1 and any("rank" in line for line in err), err
+
+
+def test_listen_with_timeline_audit_and_a_hang(tmp_path, keys, procs):
+    """The rest of launch is as with spawned workers: a hung member (alive, deaf) is lost at the
+    deadline and replaced; the timeline and the periodic audit work; the hung worker, told it
+    was replaced, leaves."""
+    n = 2
+    want = run_json(LONG, "--world-size", n)
+    timeline = tmp_path / "timeline.json"
+    sched = Scheduler(["--listen", "tcp://127.0.0.1:0", "--keys", keys, "--spec", LONG,
+                       "--world-size", n, "--json", "--on-rank-loss", "restore", "--step-timeout", 1,
+                       "--fault", "0:hang@4", "--audit-every", 2, "--timeline", timeline])
+    procs.append(sched.proc)
+    address = sched.listening()
+    first = [start_worker(address, keys, r, n) for r in range(n)]
+    procs.extend(first)
+    sched.err.until("replacement for rank 0", 30)
+    again = start_worker(address, keys, 0, n)
+    procs.append(again)
+    status, out, err = sched.finish()
+    assert status == 0, err
+    assert out == want
+    code, line = exit_line(first[0], 10)
+    assert code == 1 and "refused" in line, line
+    events = json.loads(timeline.read_text())["traceEvents"]
+    assert any("restore" in e.get("name", "") for e in events)
+
+
+def test_the_membership_modules_import_one_way():
+    """channel <- handshake <- group, channel <- members <- group: no cycle."""
+    import ast
+    src = REPO / "inferris_dist"
+
+    def imports(name: str) -> set[str]:
+        tree = ast.parse((src / f"{name}.py").read_text())
+        return {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and node.level == 1 and node.module}
+
+    assert not imports("channel") & {"handshake", "members", "group", "recovery"}
+    assert not imports("handshake") & {"members", "group", "recovery"}
+    assert not imports("members") & {"handshake", "group", "recovery"}
+    assert not imports("gate") & {"channel", "handshake", "members", "group"}
