@@ -9,6 +9,8 @@ Pure Python, no I/O. The control plane (`Engine`) decides; an executor with
         print(trace.to_json())
     print(eng.summary())
 """
+import json
+
 from .errors import (BoundaryViolation, EngineError, GroupViolation, Irreducible, OutOfPages,
                      RankLost, WorkloadError)
 from .group import LocalGroup, accept_scripts, join
@@ -27,7 +29,7 @@ __all__ = [
     "LocalGroup", "OutOfPages", "PagePool", "PlanItem", "PreparedStep", "RankExecutionResult",
     "RankExecutor", "RankLost", "Request", "RequestSpec", "SampleResult", "State", "StepTrace",
     "Workload", "WorkloadError", "accept_scripts", "expand_placements", "join", "load_workload",
-    "page_spans", "pages_needed", "parse_workload", "placement_pages", "run_workload", "trace_lines", "trace_objects", "verdict",
+    "page_spans", "pages_needed", "parse_workload", "placement_pages", "run_workload", "trace_json_lines", "trace_lines", "trace_objects", "verdict",
 ]
 
 
@@ -39,6 +41,17 @@ def run_workload(workload, executor=None) -> list[dict]:
 def trace_lines(engine: Engine) -> list[dict]:
     """Run an engine to the end; its SPEC §4 lines (the steps, then the summary or the error)."""
     return list(trace_objects(engine))
+
+
+def trace_json_lines(engine: Engine):
+    """`trace_objects` as JSON text, one line each (without newlines): what `--json` prints."""
+    try:
+        for trace in engine.run():
+            yield trace.json_line()
+    except EngineError as e:
+        yield json.dumps(e.to_json())
+        return
+    yield json.dumps({"summary": engine.summary()})
 
 
 def trace_objects(engine: Engine):

@@ -40,6 +40,10 @@ class Scheduler:
             bisect.insort(self.running, req, key=_order)
         return arrived
 
+    def next_arrival(self) -> float:
+        """The earliest arrival_step still WAITING (infinity when none is)."""
+        return self._waiting[0][0] if self._waiting else float("inf")
+
     def schedule(self, max_step_tokens: int, spec_len: int) -> list[tuple[Request, int, bool]]:
         """Phases 3 and 4: drafts, then the budget; the work as (request, tokens, decode).
 

@@ -63,7 +63,19 @@ class Engine:
 
     def run(self) -> Iterator[StepTrace]:
         while not self.done:
-            yield self.step()
+            yield self.idle_step() if self.is_idle() else self.step()
+
+    def is_idle(self) -> bool:
+        """Nothing runs and nothing arrives this step: every phase would do nothing (no
+        RUNNING request means no reuse, no work, no residency, nothing to publish or sample),
+        so the step is its empty trace, without a plan crossing the boundary. A long wait
+        for arrivals then costs a trace per step, not a step's work."""
+        return not self.scheduler.running and self.scheduler.next_arrival() > self.step_id
+
+    def idle_step(self) -> StepTrace:
+        trace = StepTrace.idle(self.step_id)
+        self.step_id += 1
+        return trace
 
     def step(self) -> StepTrace:
         prepared = self.prepare()

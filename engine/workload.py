@@ -166,6 +166,10 @@ def _parse_request(index: int, raw: Any) -> RequestSpec:
     if script is not None:
         if not isinstance(script, list) or not all(_is_int(a) for a in script):
             raise WorkloadError(f"{where}: 'accept_script' must be a list of integers or null")
+        big = next((a for a in script if not -MAX_VALUE <= a <= MAX_VALUE), None)
+        if big is not None:       # clamped to 0..drafted anyway; bounded so every executor can carry it
+            raise WorkloadError(f"{where}: 'accept_script' entries must be within "
+                                f"-{MAX_VALUE}..{MAX_VALUE}, got {big}")
         script = tuple(script)
     return RequestSpec(rid, tokens, max_new, arrival, eos_after, script)
 

@@ -19,6 +19,7 @@ is retired, never re-admitted: if it speaks again it is told to exit.
 """
 from __future__ import annotations
 
+import errno as _errno
 import os
 import time
 from collections import OrderedDict
@@ -27,10 +28,10 @@ from typing import Callable
 
 import zmq
 
-from engine import RankLost
+from engine import EngineError, RankLost
 
 from . import wire
-from .gate import Gate, Refusals
+from .gate import NOTED_PER_PEER, Gate, Refusals
 from .keys import ServerKeys
 from .observe import RankTotals, StepRecord, WireLog
 from .wire import MsgType
@@ -52,6 +53,23 @@ class Member:
     fd: int | None          # the connection's socket, to notice it closing
     heartbeat: bool         # started by someone else: it leaves if we go silent
     last_sent: float = 0.0
+
+
+class MachineFailure(EngineError):
+    """The machine said no mid-run (out of file descriptors, a full disk): the run ends
+    cleanly, with the error object, every worker stopped. Not the ranks' fault."""
+
+    kind = "MachineFailure"
+
+
+def machine_failure(e: OSError | zmq.ZMQError, what: str = "", step: int | None = None) -> MachineFailure:
+    errno_ = getattr(e, "errno", None)
+    name = getattr(e, "filename", None)
+    text = getattr(e, "strerror", None) or str(e)
+    if errno_ in (_errno.EMFILE, _errno.ENFILE):
+        text = f"out of file descriptors ({text}; see ulimit -n)"
+    where = f"{name}: " if name else ""
+    return MachineFailure(f"{what + ': ' if what else ''}{where}{text}", step)
 
 
 @dataclass(frozen=True)
@@ -79,7 +97,8 @@ class RankChannel:
         self.sentinels: dict[int, int] = {}       # rank -> pidfd of a worker we spawned
         self.explain: Callable[[int], str] = lambda rank: ""   # more on a rank that died
         self.totals = {r: RankTotals() for r in range(world_size)}
-        self.refusals = Refusals()
+        self.refusals = Refusals()     # connections turned away at the door (gate), per address
+        self.turned_away = Refusals()  # messages from peers holding no rank, per peer
         self.last_record: StepRecord | None = None
         self._answered: dict[int, tuple[int, int]] = {}   # rank -> (epoch, step) last joined
         self._dead: set[int] = set()                      # ranks whose process or connection ended
@@ -108,6 +127,7 @@ class RankChannel:
             self._poller.register(s, zmq.POLLIN)
 
     def close(self) -> None:
+        self.log_turned_away()
         if self.gate is not None:
             self.gate.close()
             self.gate = None
@@ -205,13 +225,17 @@ class RankChannel:
     def stranger(self, frames: list[bytes], meta: Meta | None, during: str = "") -> bool:
         """A message from a connection that holds no rank. A former member (or, with CURVE, a
         worker proven to hold a rank's key, speaking from an older epoch) is told to exit; any
-        other peer gets no answer. True if it was told."""
+        other peer gets no answer. Each peer's first few are noted in full, the rest counted:
+        a flood costs a counter, not memory or output. True if it was told to exit."""
         ident = frames[0]
         if ident in self.retired:
             rank, epoch, why = self.retired[ident]
             self.refuse(ident, f"rank {rank} of epoch {epoch} was {why}; the run is in epoch "
-                               f"{self.epoch}: exit")
+                               f"{self.epoch}: exit", meta.host if meta else "")
             return True
+        peer = peer_label(ident, meta)
+        if not self.turned_away.add(peer):
+            return False                                  # counted; noted often enough already
         header = None
         if len(frames) == 3:
             try:
@@ -220,10 +244,11 @@ class RankChannel:
                 pass
         if (self.curve and header is not None and meta is not None and header.epoch < self.epoch
                 and header.type is not MsgType.HELLO and meta.user_id == f"rank-{header.rank}"):
-            self.refuse(ident, f"rank {header.rank} of epoch {header.epoch} is no member: the run "
-                               f"is in epoch {self.epoch}: exit", host=meta.host)
+            self._tell(ident, f"rank {header.rank} of epoch {header.epoch} is no member: the run "
+                              f"is in epoch {self.epoch}: exit")
+            self.note(None, f"refused {peer}: rank {header.rank} of epoch {header.epoch} is no member")
             return True
-        self.note(None, f"dropped a message from an unknown peer{' ' + during if during else ''}")
+        self.note(None, f"dropped a message from an unknown peer ({peer}){' ' + during if during else ''}")
         return False
 
     def drop(self, rank: int, header: wire.Header, when: str = "") -> None:
@@ -295,6 +320,10 @@ class RankChannel:
 
     def _monitor_events(self) -> None:
         for what, value in self.gate.monitor_events():
+            if what == "accept-failed" and value in (_errno.EMFILE, _errno.ENFILE):
+                raise machine_failure(OSError(value, os.strerror(value)), "cannot accept connections")
+            if what == "accept-failed":
+                continue
             if what == "closed":
                 for rank, m in self.members.items():
                     if m.fd == value and rank not in self._dead:
@@ -327,8 +356,14 @@ class RankChannel:
                 self.send(rank, MsgType.PING, 0, wire.encode_body(MsgType.PING, ()), (), quiet=True)
 
     def refuse(self, ident: bytes, reason: str, host: str = "") -> None:
-        """Tell a peer why it is turned away (it exits), and note it."""
+        """Tell a peer why it is turned away (it exits), and note it: the first few times per
+        peer; after that it is only counted, and gets no answer."""
+        if not self.turned_away.add(peer_label(ident, None, host)):
+            return
         self.note(None, f"refused a peer{' at ' + host if host else ''}: {reason}")
+        self._tell(ident, reason)
+
+    def _tell(self, ident: bytes, reason: str) -> None:
         try:
             self.sock.send_multipart(
                 [ident, wire.encode_header(MsgType.REFUSED, self.epoch, 0, -1, self.world_size),
@@ -357,6 +392,27 @@ class RankChannel:
                            reason=reason, message=message)
         return RankLost(message, step=step, rank=rank, epoch=self.epoch, reason=reason, ranks=ranks)
 
+    def turned_away_summary(self) -> str | None:
+        """One line for the end of the run: what peers holding no rank sent beyond the notes."""
+        extra = self.turned_away.unnoted()
+        gate = self.refusals.total
+        if not extra and not gate:
+            return None
+        parts = []
+        if extra:
+            parts.append(f"{sum(extra.values())} more message(s) from {len(extra)} peer(s) holding no "
+                         f"rank were dropped unanswered (each peer's first {NOTED_PER_PEER} noted above)")
+        if gate:
+            parts.append(f"{gate} connection(s) refused at the door")
+        return "; ".join(parts)
+
+    def log_turned_away(self) -> None:
+        """The counts behind the notes, once, in the wire log (it grows with the run, not with
+        whoever floods us)."""
+        if self.log and (self.turned_away.count or self.refusals.count):
+            self.log.event("turned-away", messages=dict(list(self.turned_away.count.items())[:64]),
+                           connections=dict(list(self.refusals.count.items())[:64]))
+
     def note(self, rank: int | None, text: str) -> None:
         if self.last_record is not None:
             self.last_record.notes.append(text)
@@ -367,6 +423,12 @@ class RankChannel:
                     body) -> None:
         if self.log:
             self.log.message(direction, rank, self.epoch, step, kind.name, num_bytes, body)
+
+
+def peer_label(ident: bytes, meta: Meta | None, host: str = "") -> str:
+    """A peer as counted and noted: its connection's routing id, and its address if known."""
+    host = host or (meta.host if meta is not None else "")
+    return f"peer {ident.hex()}{' at ' + host if host else ''}"
 
 
 def _prop(frame: zmq.Frame, name: str) -> str:

@@ -7,18 +7,18 @@ traceback reaches a user.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
 
 import zmq
 
-from engine import Engine, EngineError, WorkloadError, trace_objects
+from engine import Engine, EngineError, WorkloadError, trace_json_lines
 
 from . import cmd_launch, render
 from .cliargs import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, Parser,
                       UsageError, int_arg, seconds_arg)
+from .faults import parse_faults
 from .keys import KeyFileError, write_keys
 from .mechanisms import MECHANISMS
 from .workloads import REQUEST_FORMAT, workload_from_flags
@@ -83,15 +83,16 @@ def cmd_demo(args) -> int:
 
 def run_in_process(workload, name: str, as_json: bool) -> int:
     out = sys.stdout
+    parse_faults((), workload.config.world_size, workload.faults)   # refused alike by run and launch
     if workload.faults:
         sys.stderr.write(f"inferris-dist: note: the workload's faults ({', '.join(workload.faults)}) "
                          f"act on worker processes; run them with `inferris-dist launch`\n")
     engine = Engine(workload)
     if as_json:
-        last = {}
-        for last in trace_objects(engine):
-            out.write(json.dumps(last) + "\n")
-        return EXIT_FAILED if "error" in last else EXIT_OK
+        last = ""
+        for last in trace_json_lines(engine):
+            out.write(last + "\n")
+        return EXIT_FAILED if last.startswith('{"error"') else EXIT_OK
     style = render.Style.for_stream(out)
     out.write(render.header(workload, name) + "\n")
     printer = render.StepPrinter(out, style)
@@ -149,6 +150,20 @@ COMMANDS = {"run": cmd_run, "demo": cmd_demo, "mechs": cmd_mechs, "launch": cmd_
             "compare": cmd_compare, "keys": cmd_keys}
 
 
+def _attach_dashed_values(argv: list[str]) -> list[str]:
+    """`--fault -1:crash@3` is a value, not an option: attach it (`--fault=-1:...`) so argparse
+    hands it to the fault parser, which says what is wrong with it."""
+    out = []
+    it = iter(range(len(argv)))
+    for i in it:
+        if argv[i] == "--fault" and i + 1 < len(argv) and argv[i + 1][:1] == "-" and argv[i + 1][1:2].isdigit():
+            out.append(f"--fault={argv[i + 1]}")
+            next(it, None)
+        else:
+            out.append(argv[i])
+    return out
+
+
 class Terminated(BaseException):
     """SIGTERM: unwind like Ctrl-C so every worker is stopped on the way out."""
 
@@ -163,12 +178,14 @@ def main(argv: list[str] | None = None) -> int:
         from .worker import main as worker_main
         return worker_main(argv[1:])
     signal.signal(signal.SIGTERM, _on_sigterm)
+    argv = _attach_dashed_values(argv)
     try:
         args = build_parser().parse_args(argv)
         status = COMMANDS[args.command](args)
     except (UsageError, WorkloadError, KeyFileError) as e:
         sys.stdout.flush()
-        sys.stderr.write(f"{e}\n" if isinstance(e, UsageError) else f"inferris-dist: {e}\n")
+        text = render.shown(str(e))
+        sys.stderr.write(f"{text}\n" if isinstance(e, UsageError) else f"inferris-dist: {text}\n")
         status = EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write("inferris-dist: interrupted\n")
@@ -182,14 +199,14 @@ def main(argv: list[str] | None = None) -> int:
         status = EXIT_OK
     except (OSError, zmq.ZMQError) as e:
         # the machine said no (no port to bind, no process to start): one line, not a traceback
-        where = f": {e.filename}" if getattr(e, "filename", None) else ""
-        sys.stderr.write(f"inferris-dist: {getattr(e, 'strerror', None) or e}{where}\n")
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        sys.stderr.write(render.shown(f"inferris-dist: {where}{getattr(e, 'strerror', None) or e}") + "\n")
         status = EXIT_FAILED
     except Exception as e:  # a bug of ours: still one line, the traceback only on request
         if os.environ.get("INFERRIS_DEBUG"):
             raise
-        sys.stderr.write(f"inferris-dist: internal error: {type(e).__name__}: {e} "
-                         f"(INFERRIS_DEBUG=1 shows the traceback)\n")
+        sys.stderr.write(render.shown(f"inferris-dist: internal error: {type(e).__name__}: {e} "
+                                      f"(INFERRIS_DEBUG=1 shows the traceback)") + "\n")
         status = EXIT_FAILED
     try:
         sys.stdout.flush()

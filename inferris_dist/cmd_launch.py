@@ -6,9 +6,12 @@ import os
 import sys
 import time
 
+import zmq
+
 from engine import EngineError, WorkloadError, run_workload, trace_lines
 
 from . import render
+from .channel import machine_failure
 from .cliargs import EXIT_FAILED, EXIT_OK, seconds_arg
 from .launch import LaunchOptions, launch
 from .recovery import POLICIES
@@ -63,7 +66,6 @@ def run_launch(workload, name: str, args) -> int:
     num_steps = 0
     started = time.monotonic()
     engine = group = None
-    pids: dict[int, int] = {}
     status = EXIT_OK
     failure = None
     log_stream = _open_for_writing(args.wire_log, "--wire-log")
@@ -87,7 +89,7 @@ def run_launch(workload, name: str, args) -> int:
             for trace in engine.run():
                 num_steps += 1
                 if as_json:
-                    out.write(json.dumps(trace.to_json()) + "\n")
+                    out.write(trace.json_line() + "\n")
                     continue
                 attempts, recoveries = group.take_attempts(), engine.take_recoveries()
                 audited = [r for r in recoveries if r.in_audit]     # the audit before this step
@@ -104,7 +106,9 @@ def run_launch(workload, name: str, args) -> int:
                 write_boundary(out, style, group.world_size, [], engine.take_recoveries())
                 out.write(style.dim(f"{'':>{render.STEP_WIDTH}}  audit: all {group.world_size} shards "
                                     f"hold every slot the pool holds") + "\n")
-    except EngineError as err:
+    except (EngineError, OSError, zmq.ZMQError) as err:
+        if not isinstance(err, EngineError):     # the machine said no: still the error object
+            err = machine_failure(err, step=engine.step_id if engine is not None else None)
         status = EXIT_FAILED
         failure = err
         if as_json:
@@ -115,11 +119,12 @@ def run_launch(workload, name: str, args) -> int:
                 write_boundary(out, style, group.world_size, group.take_attempts(),
                                engine.take_recoveries() if engine is not None else [])
     finally:
-        if log_stream is not None:
-            log_stream.close()
-        if timeline_stream is not None:
-            timeline.write(timeline_stream)
-            timeline_stream.close()
+        closing = _finish_outputs(log_stream, timeline_stream, timeline, args)
+    if closing is not None and failure is None:
+        status, failure = EXIT_FAILED, closing
+        if as_json:
+            out.write(json.dumps(closing.to_json()) + "\n")
+            return status
     if as_json:
         if status == EXIT_OK:
             out.write(json.dumps({"summary": engine.summary()}) + "\n")
@@ -165,14 +170,37 @@ def members_line(group, started: float) -> str:
 
 
 def workers_line(group) -> str:
+    away = group.channel.turned_away_summary()
+    return _workers_line(group) + (f"\nturned away: {away}" if away else "")
+
+
+def _workers_line(group) -> str:
     if group.external:
         n = sum(len(p) for p in group.rank_pids.values())
-        refused = group.channel.refusals.total
-        return (f"workers: {n} joined from outside (we started none), every member told to stop"
-                + (f"; {refused} connection(s) refused" if refused else ""))
+        return f"workers: {n} joined from outside (we started none), every member told to stop"
     left = [p for p in group.pids_started if _alive(p)]
     return (f"workers: {len(group.pids_started)} started, "
             f"{'none left running' if not left else 'STILL RUNNING: ' + ' '.join(map(str, left))}")
+
+
+def _finish_outputs(log_stream, timeline_stream, timeline, args) -> EngineError | None:
+    """Close the wire log and write the timeline; a failure names the file (never a traceback)."""
+    problem = None
+    for stream, flag, path in ((log_stream, "--wire-log", args.wire_log),
+                               (timeline_stream, "--timeline", args.timeline)):
+        if stream is None:
+            continue
+        try:
+            if stream is timeline_stream:
+                timeline.write(stream)
+            stream.close()
+        except OSError as e:
+            problem = problem or machine_failure(e, f"{flag} {path}")
+            try:
+                stream.close()
+            except OSError:
+                pass
+    return problem
 
 
 def _open_for_writing(path: str | None, flag: str):

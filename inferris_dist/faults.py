@@ -45,9 +45,10 @@ class Fault:
         return self.text
 
 
-def parse_fault(text: str, world_size: int | None = None) -> Fault:
+def parse_fault(text: str, world_size: int | None = None, source: str = "--fault") -> Fault:
+    """One fault spec; `source` says where it came from in errors (the flag, or the workload)."""
     def bad(why: str) -> WorkloadError:
-        return WorkloadError(f"--fault {text!r}: {why} (want {FORMAT}, e.g. 1:crash@3 or all:delay@2+:0.5)")
+        return WorkloadError(f"{source} {text!r}: {why} (want {FORMAT}, e.g. 1:crash@3 or all:delay@2+:0.5)")
 
     rank_part, sep, rest = text.partition(":")
     if not sep:
@@ -87,5 +88,7 @@ def parse_fault(text: str, world_size: int | None = None) -> Fault:
     return Fault(rank, kind, step, repeat, arg, text)
 
 
-def parse_faults(texts, world_size: int) -> list[Fault]:
-    return [parse_fault(t, world_size) for t in texts]
+def parse_faults(texts, world_size: int, workload_faults=()) -> list[Fault]:
+    """The workload's faults (named by their entry in 'faults') and the command line's."""
+    return ([parse_fault(t, world_size, f"workload 'faults' entry {i}") for i, t in enumerate(workload_faults)]
+            + [parse_fault(t, world_size) for t in texts])

@@ -29,7 +29,7 @@ ZAP_DOMAIN = b"inferris-dist"
 NOTED_PER_PEER = 5             # refusals noted in full per peer address; the rest are counted
 MAX_PEERS_TRACKED = 256        # distinct addresses counted one by one; beyond, as "other"
 MONITOR_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-                  | zmq.EVENT_DISCONNECTED)
+                  | zmq.EVENT_DISCONNECTED | zmq.EVENT_ACCEPT_FAILED)
 
 
 def user_id(rank: int) -> str:
@@ -111,7 +111,7 @@ class Gate:
 
     def monitor_events(self) -> Iterator[tuple[str, int]]:
         """('closed', fd) for a closed connection; ('protocol', code) or ('no-detail', errno)
-        for a failed handshake."""
+        for a failed handshake; ('accept-failed', errno) when a connection could not be taken."""
         while True:
             try:
                 event = parse_monitor_message(self.monitor.recv_multipart(zmq.NOBLOCK))
@@ -119,6 +119,8 @@ class Gate:
                 return
             if event["event"] == zmq.EVENT_DISCONNECTED:
                 yield "closed", int(event["value"])
+            elif event["event"] == zmq.EVENT_ACCEPT_FAILED:
+                yield "accept-failed", int(event["value"])
             elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
                 yield "protocol", int(event["value"])
             else:

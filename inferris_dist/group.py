@@ -16,7 +16,6 @@ from __future__ import annotations
 import secrets
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections import deque
@@ -30,6 +29,8 @@ from engine.shard import SlotStore, first_mismatch
 
 from . import wire
 from .channel import RankChannel
+from launcher import make_run_dir
+
 from .faults import Fault
 from .handshake import Admission
 from .keys import ServerKeys
@@ -38,13 +39,15 @@ from .observe import StepRecord, WireLog
 from .wire import MsgType
 
 LOOPBACK = "tcp://127.0.0.1"
+LOCAL = "local"          # a unix socket in the run's private directory (mode 0700)
+MAX_IPC_PATH = 100       # sun_path holds 108 bytes
 
 
 class ProcessGroup:
     def __init__(self, workload: Workload, world_size: int | None = None, *,
                  step_timeout: float = 10.0, start_timeout: float = 20.0,
                  faults: Sequence[Fault] = (), wire_log: WireLog | None = None,
-                 bind: str = LOOPBACK, listen: str | None = None, keys: ServerKeys | None = None,
+                 bind: str = LOCAL, listen: str | None = None, keys: ServerKeys | None = None,
                  join_timeout: float = 60.0, rejoin_timeout: float = 30.0,
                  on_waiting: Callable[[str, list[int], float, bool], None] | None = None):
         cfg = workload.config
@@ -106,12 +109,21 @@ class ProcessGroup:
 
     def start(self) -> None:
         if self.listen is None:
-            self.log_dir = Path(tempfile.mkdtemp(prefix="inferris-dist-"))
+            self.log_dir = make_run_dir()
             self.members = Spawned(self.channel, self.secret, self.log_dir, self.start_timeout)
-            self.channel.open(f"{self.bind}:0", None)
+            self.channel.open(self._local_endpoint(), None)
         else:
             self.channel.open(self.listen, self.keys)
         self._admit(range(self.world_size), shard=[], step=-1)
+
+    def _local_endpoint(self) -> str:
+        """Spawned workers connect over a unix socket only the run's owner can reach (the run
+        directory is 0700): no other user's process can even connect, let alone send.
+        Falls back to TCP loopback where the path would be too long."""
+        path = self.log_dir / "s"
+        if self.bind == LOCAL and len(str(path)) <= MAX_IPC_PATH:
+            return f"ipc://{path}"
+        return f"{LOOPBACK if self.bind == LOCAL else self.bind}:0"
 
     def _admit(self, ranks: Sequence[int], shard: list, step: int) -> None:
         timeout, never_came = self.members.start(ranks)

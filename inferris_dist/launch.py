@@ -26,6 +26,7 @@ from typing import Callable, Iterator, Sequence, TextIO
 
 from engine import Workload, WorkloadError, load_workload
 
+from .cliargs import MAX_SECONDS, valid_seconds
 from .faults import parse_faults
 from .group import ProcessGroup
 from .keys import ServerKeys
@@ -54,6 +55,10 @@ class LaunchOptions:
 
     def check(self) -> None:
         """Refuse, as bad input (WorkloadError), options that cannot work together."""
+        for name in ("step_timeout", "join_timeout", "rejoin_timeout"):
+            if not valid_seconds(getattr(self, name)):
+                raise WorkloadError(f"{name} must be a number of seconds > 0 and <= {MAX_SECONDS:g}, "
+                                    f"got {getattr(self, name)!r}")
         if self.on_rank_loss not in POLICIES:
             raise WorkloadError(f"unknown --on-rank-loss {self.on_rank_loss!r}; one of {', '.join(POLICIES)}")
         if self.audit_every < 0:
@@ -99,7 +104,7 @@ def launch(workload: Workload | dict | str | Path, world_size: int | None = None
         workload = load_workload(workload)
     workload = workload.with_config(world_size=options.world_size)
     n = workload.config.world_size
-    fault_list = parse_faults([*workload.faults, *options.faults], n)
+    fault_list = parse_faults(options.faults, n, workload.faults)
     keys = ServerKeys.load(options.keys, n) if options.keys is not None else None
     log, own_stream = None, None
     if options.wire_log is not None:

@@ -40,8 +40,9 @@ class RankTotals:
 class WireLog:
     """One JSON line per message that crossed, and per event (drop, loss, restart)."""
 
-    def __init__(self, stream: TextIO):
+    def __init__(self, stream: TextIO, name: str = "--wire-log"):
         self.stream = stream
+        self.name = f"{name} {getattr(stream, 'name', '')}".strip()
 
     def message(self, direction: str, rank: int | None, epoch: int, step: int, kind: str,
                 num_bytes: int, body: Any) -> None:
@@ -53,4 +54,7 @@ class WireLog:
         self._write({"t": round(time.monotonic(), 6), "event": event, **fields})
 
     def _write(self, obj: dict) -> None:
-        self.stream.write(json.dumps(obj) + "\n")
+        try:
+            self.stream.write(json.dumps(obj) + "\n")
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, self.name) from None

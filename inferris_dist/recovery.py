@@ -65,12 +65,28 @@ class DistributedEngine(Engine):
         self.timeline = None                       # a Timeline, to record where the time went
 
     def run(self) -> Iterator[StepTrace]:
+        idle_from = None
         while not self.done:
+            if self.is_idle():             # no plan crosses: the scheduler answers it itself
+                if idle_from is None:
+                    idle_from = self.step_id
+                yield self.idle_step()
+                continue
+            if idle_from is not None:
+                self._log_idle(idle_from, self.step_id - 1)
+                idle_from = None
             trace = self.step()
             yield trace
             if self.audit_every and (trace.step + 1) % self.audit_every == 0 and not self.done:
                 self.audit(trace.step)
+        if idle_from is not None:
+            self._log_idle(idle_from, self.step_id - 1)
         self.audit(self.step_id - 1)
+
+    def _log_idle(self, first: int, last: int) -> None:
+        if self.group.log:
+            self.group.log.event("idle", first=first, last=last,
+                                 text="empty plans, answered by the scheduler: no round trip")
 
     def take_recoveries(self) -> list[Recovery]:
         recoveries, self.recoveries = self.recoveries, []

@@ -41,10 +41,24 @@ class Style:
 STEP_WIDTH = 5
 
 
+def shown(text: str) -> str:
+    """A string from outside (a request id, a file name, a peer's words) made safe for a
+    terminal: every character that is not printable (newlines, escape sequences, bidi
+    controls) shows as its escape, so nobody can forge a line or clear the screen."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(c: str) -> str:
+    o = ord(c)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
 def header(workload: Workload, title: str) -> str:
     c = workload.config
     n = len(workload.requests)
-    return (f"{title}: {n} request{'s' * (n != 1)}, max_step_tokens {c.max_step_tokens}, "
+    return (f"{shown(title)}: {n} request{'s' * (n != 1)}, max_step_tokens {c.max_step_tokens}, "
             f"page_size {c.page_size}, num_pages {c.num_pages}, spec_len {c.spec_len}, "
             f"world_size {c.world_size}")
 
@@ -52,29 +66,30 @@ def header(workload: Workload, title: str) -> str:
 def step_events(t: StepTrace, style: Style) -> str:
     """What happened in one step, in phase order, each kind once and only if it happened."""
     parts = []
+    s = shown        # request ids are the user's: shown escaped
 
     def add(label: str, body: str, paint=None) -> None:
         parts.append(f"{(paint or style.dim)(label)} {body}")
 
     if t.admitted:
-        add("admit", " ".join(t.admitted))
+        add("admit", " ".join(map(s, t.admitted)))
     if t.reused:
-        add("reuse", " ".join(f"{r}:{n}" for r, n in t.reused.items()))
+        add("reuse", " ".join(f"{s(r)}:{n}" for r, n in t.reused.items()))
     if t.evicted:
         add("evict", "pages " + ",".join(map(str, t.evicted)), style.yellow)
     if t.preempted:
-        add("preempt", " ".join(t.preempted), style.yellow)
+        add("preempt", " ".join(map(s, t.preempted)), style.yellow)
     if t.executed:
-        add("run", " ".join(f"{r}:{n}" for r, n in t.executed.items()))
-    drafts = [f"{r}:{t.accepted[r]}/{d}" for r, d in t.drafted.items() if d]   # 0/0 says nothing
+        add("run", " ".join(f"{s(r)}:{n}" for r, n in t.executed.items()))
+    drafts = [f"{s(r)}:{t.accepted[r]}/{d}" for r, d in t.drafted.items() if d]   # 0/0 says nothing
     if drafts:
         add("accept", " ".join(drafts))
     if t.published:
-        add("publish", " ".join(f"{r}:{n}" for r, n in t.published.items()))
+        add("publish", " ".join(f"{s(r)}:{n}" for r, n in t.published.items()))
     if t.sampled:
-        add("sample", " ".join(r if s == "TOKEN" else f"{r}:{s}" for r, s in t.sampled.items()))
+        add("sample", " ".join(s(r) if v == "TOKEN" else f"{s(r)}:{v}" for r, v in t.sampled.items()))
     if t.finished:
-        add("finish", " ".join(f"{r}:{why}" for r, why in t.finished.items()), style.green)
+        add("finish", " ".join(f"{s(r)}:{why}" for r, why in t.finished.items()), style.green)
     return "  ".join(parts)
 
 
@@ -111,7 +126,7 @@ class StepPrinter:
 
 def request_table(summary: list[dict], style: Style) -> str:
     cols = ("request", "state", "generated", "computed", "finish")
-    rows = [(s["request_id"], s["state"], str(s["generated"]), str(s["computed"]),
+    rows = [(shown(s["request_id"]), s["state"], str(s["generated"]), str(s["computed"]),
              s["finish_reason"] or "-") for s in summary]
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
     right = {2, 3}
@@ -133,7 +148,7 @@ def write_error(err, out: TextIO, style: Style) -> None:
     where = "during start-up" if err.step is None else f"at step {err.step}"
     if err.epoch is not None:
         where += f", epoch {err.epoch}"
-    out.write(style.red(f"error: {err.kind} {where}: {err.message}") + "\n")
+    out.write(style.red(f"error: {err.kind} {where}: {shown(err.message)}") + "\n")
 
 
 # -- what crossed the boundary (launch) ------------------------------------------------
@@ -164,7 +179,7 @@ def boundary_line(record, world_size: int, style: Style) -> str:
 
 
 def note_lines(record, style: Style) -> list[str]:
-    return [f"{'':>{STEP_WIDTH}}  " + style.yellow(f"! {note}") for note in record.notes]
+    return [f"{'':>{STEP_WIDTH}}  " + style.yellow(f"! {shown(note)}") for note in record.notes]
 
 
 def rank_table(totals: dict, pids: dict[int, list[int]], style: Style,
@@ -193,7 +208,7 @@ def rank_table(totals: dict, pids: dict[int, list[int]], style: Style,
 def recovery_lines(r, style: Style) -> str:
     """A failure survived: what failed, then what the policy did."""
     pad = f"{'':>{STEP_WIDTH}}  "
-    failed = style.red(f"! {r.kind} at step {r.step}, epoch {r.epoch}: {r.message}")
+    failed = style.red(f"! {r.kind} at step {r.step}, epoch {r.epoch}: {shown(r.message)}")
     ranks = ", ".join(f"rank {rank} as pid {pid}" + (f" at {r.hosts[i]}" if r.hosts else "")
                       for i, (rank, pid) in enumerate(zip(r.restarted, r.pids)))
     how = "replaced by a worker that joined:" if r.hosts else "restarted"
@@ -202,7 +217,7 @@ def recovery_lines(r, style: Style) -> str:
         done = (f"restore: {how} {ranks} in epoch {r.epoch + 1}, shard rebuilt from the pool "
                 f"({r.shard_pages} pages); {then}")
     else:
-        lost = " ".join(r.preempted) or "nothing"
+        lost = " ".join(map(shown, r.preempted)) or "nothing"
         then = "audited again" if r.in_audit else "the step planned again"
         done = (f"recompute: {how} {ranks} empty in epoch {r.epoch + 1}; every page dropped, "
                 f"preempted {lost}; {then}")

@@ -5,5 +5,6 @@
     stop_workers(workers, polite=send_stop)
 """
 from .process import WorkerProcess, spawn_workers, stop_workers
+from .rundir import make_run_dir, sweep_stale
 
-__all__ = ["WorkerProcess", "spawn_workers", "stop_workers"]
+__all__ = ["WorkerProcess", "make_run_dir", "spawn_workers", "stop_workers", "sweep_stale"]

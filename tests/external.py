@@ -6,6 +6,7 @@ Every wait is on a condition with a deadline: lines are read with select.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import select
@@ -157,6 +158,26 @@ def exit_line(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
         pytest.fail(f"worker {proc.pid} still runs after {timeout} s")
     lines = proc.stderr.read().decode(errors="replace").strip().splitlines()
     return status, lines[-1] if lines else ""
+
+
+def long_spec(tmp_path: Path, new_tokens: int = 400, num_requests: int = 4,
+              max_step_tokens: int = 4) -> Path:
+    """A workload of about `new_tokens` steps: time to act in the middle of a run."""
+    spec = tmp_path / "long.json"
+    spec.write_text(json.dumps({"engine": {"max_step_tokens": max_step_tokens, "page_size": 4,
+                                           "num_pages": 64},
+                                "requests": [{"request_id": f"q{i}", "tokens": [1, 2, 3, i],
+                                              "max_new_tokens": new_tokens}
+                                             for i in range(num_requests)]}))
+    return spec
+
+
+def keys_for(tmp_path: Path, world_size: int = 4) -> Path:
+    """A fresh CURVE key directory for a test."""
+    from inferris_dist.keys import write_keys
+    d = tmp_path / "keys"
+    write_keys(d, world_size)
+    return d
 
 
 def run_json(spec: str | Path, *args) -> list[str]:

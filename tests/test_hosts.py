@@ -12,11 +12,10 @@ import shutil
 import signal
 import stat
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from external import (CLI, ENV, REPO, Scheduler, exit_line, run_json, start_worker, stop_all)
+from external import CLI, ENV, REPO, Scheduler, exit_line, long_spec, run_json, start_worker
 from inferris_dist.keys import ClientKeys, KeyFileError, ServerKeys, write_keys
 from inferris_dist.placement import LAUNCHERS, PlacementError, place
 
@@ -30,20 +29,6 @@ DEMO_ARGS = ("--spec", GOLDEN / "demo.spec.json")
 def cli(*args, timeout=30) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *map(str, args)], env=ENV, capture_output=True, text=True,
                           timeout=timeout)
-
-
-@pytest.fixture
-def keys(tmp_path) -> Path:
-    d = tmp_path / "keys"
-    write_keys(d, 4)
-    return d
-
-
-@pytest.fixture
-def procs():
-    started: list[subprocess.Popen] = []
-    yield started
-    stop_all(started)
 
 
 # -- keys ----------------------------------------------------------------------------------------
@@ -272,15 +257,6 @@ def test_refused_peers_are_logged_and_the_run_is_unaffected(tmp_path, keys, proc
     assert any("none of this run's rank keys" in t for t in notes), notes
     assert any("claims rank 2 but holds the key of rank 1" in t for t in notes), notes
     assert any("handshake failed" in t and "plaintext peer" in t for t in notes), notes
-
-
-def long_spec(tmp_path: Path, new_tokens: int = 400) -> Path:
-    """A workload of about `new_tokens` steps."""
-    spec = tmp_path / "long.json"
-    spec.write_text(json.dumps({"engine": {"max_step_tokens": 4, "page_size": 4, "num_pages": 64},
-                                "requests": [{"request_id": f"q{i}", "tokens": [1, 2, 3],
-                                              "max_new_tokens": new_tokens} for i in range(4)]}))
-    return spec
 
 
 def test_workers_leave_within_5_s_when_the_listen_scheduler_is_killed(tmp_path, keys, procs):

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from external import Scheduler, exit_line, run_json, start_worker, stop_all
-from inferris_dist.keys import write_keys
+from external import Scheduler, exit_line, long_spec, run_json, start_worker, stop_all
 from netns import NETNS_SKIP, Hosts
 
 pytestmark = [pytest.mark.timeout(90),
@@ -27,21 +26,6 @@ pytestmark = [pytest.mark.timeout(90),
 
 REPO = Path(__file__).resolve().parent.parent
 PREEMPTION = REPO / "tests" / "data" / "golden" / "preemption.spec.json"
-
-
-def long_spec(tmp_path: Path, new_tokens: int) -> Path:
-    spec = tmp_path / "long.json"
-    spec.write_text(json.dumps({"engine": {"max_step_tokens": 8, "page_size": 4, "num_pages": 64},
-                                "requests": [{"request_id": f"q{i}", "tokens": [1, 2, 3, i],
-                                              "max_new_tokens": new_tokens} for i in range(4)]}))
-    return spec
-
-
-@pytest.fixture
-def keys(tmp_path) -> Path:
-    d = tmp_path / "keys"
-    write_keys(d, 4)
-    return d
 
 
 def test_across_hosts_the_trace_is_run_json(tmp_path, keys):
@@ -76,7 +60,7 @@ def test_a_partitioned_host_is_replaced_and_its_old_workers_are_refused(tmp_path
     """Host a (ranks 0, 1) drops off the network mid-run. The scheduler loses both at the step
     deadline, waits for replacements, which start on host c; the run ends with the fault-free
     trace. When a's link comes back, its workers hear they were replaced, and exit."""
-    spec = long_spec(tmp_path, 150)
+    spec = long_spec(tmp_path, 150, max_step_tokens=8)
     want = run_json(spec, "--world-size", 4)
     log = tmp_path / "wire.jsonl"
     procs = []
@@ -116,7 +100,7 @@ def test_a_partitioned_host_is_replaced_and_its_old_workers_are_refused(tmp_path
 
 
 def test_every_worker_on_every_host_leaves_when_the_scheduler_is_killed(tmp_path, keys):
-    spec = long_spec(tmp_path, 400)
+    spec = long_spec(tmp_path, 400, max_step_tokens=8)
     procs = []
     with Hosts(["sched", "a", "b"]) as hosts:
         try:
