@@ -9,19 +9,37 @@ Pure Python, no I/O. The control plane (`Engine`) decides; an executor with
         print(trace.to_json())
     print(eng.summary())
 """
+import importlib
 import json
 
 from .errors import (BoundaryViolation, EngineError, GroupViolation, Irreducible, OutOfPages,
                      RankLost, WorkloadError)
-from .group import LocalGroup, accept_scripts, join
-from .messages import (ExecutionPlan, ExecutionResult, ItemOutcome, PlanItem, RankExecutionResult,
-                       expand_placements, page_spans, placement_pages)
-from .pool import CACHE, PagePool, pages_needed
-from .rank import RankExecutor, verdict
-from .request import FinishReason, Request, SampleResult, State
-from .step import Engine, PreparedStep
-from .trace import StepTrace
-from .workload import EngineConfig, RequestSpec, Workload, load_workload, parse_workload
+
+# Every other name is imported on first use, so that a rank worker, which needs only
+# messages, rank and shard, does not pay for the control plane at every start.
+_LAZY = {
+    "LocalGroup": "group", "accept_scripts": "group", "join": "group",
+    "ExecutionPlan": "messages", "ExecutionResult": "messages", "ItemOutcome": "messages",
+    "PlanItem": "messages", "RankExecutionResult": "messages", "expand_placements": "messages",
+    "page_spans": "messages", "placement_pages": "messages",
+    "CACHE": "pool", "PagePool": "pool", "pages_needed": "pool",
+    "RankExecutor": "rank", "verdict": "rank",
+    "FinishReason": "request", "Request": "request", "SampleResult": "request", "State": "request",
+    "Engine": "step", "PreparedStep": "step",
+    "StepTrace": "trace",
+    "EngineConfig": "workload", "RequestSpec": "workload", "Workload": "workload",
+    "load_workload": "workload", "parse_workload": "workload",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BoundaryViolation", "CACHE", "Engine", "EngineConfig", "EngineError", "ExecutionPlan",
@@ -35,15 +53,16 @@ __all__ = [
 
 def run_workload(workload, executor=None) -> list[dict]:
     """Run to the end; the SPEC §4 lines as dicts (the steps, then summary or error)."""
+    from .step import Engine
     return trace_lines(Engine(workload, executor))
 
 
-def trace_lines(engine: Engine) -> list[dict]:
+def trace_lines(engine) -> list[dict]:
     """Run an engine to the end; its SPEC §4 lines (the steps, then the summary or the error)."""
     return list(trace_objects(engine))
 
 
-def trace_json_lines(engine: Engine):
+def trace_json_lines(engine):
     """`trace_objects` as JSON text, one line each (without newlines): what `--json` prints."""
     try:
         for trace in engine.run():
@@ -54,7 +73,7 @@ def trace_json_lines(engine: Engine):
     yield json.dumps({"summary": engine.summary()})
 
 
-def trace_objects(engine: Engine):
+def trace_objects(engine):
     """Run an engine, yielding its SPEC §4 lines as they happen: each step, then the
     summary, or the error object where a step fails."""
     try:

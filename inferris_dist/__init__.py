@@ -4,8 +4,19 @@
         for trace in engine.run():
             ...
 """
-from .group import ProcessGroup
-from .launch import LaunchOptions, launch
-from .recovery import DistributedEngine
+import importlib
+
+# Imported on first use: a rank worker (inferris_dist.worker) must not load the control plane.
+_LAZY = {"ProcessGroup": "group", "LaunchOptions": "entry", "launch": "entry",
+         "DistributedEngine": "recovery"}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'inferris_dist' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
 
 __all__ = ["DistributedEngine", "LaunchOptions", "ProcessGroup", "launch"]

@@ -13,7 +13,7 @@ from engine import EngineError, WorkloadError, run_workload, trace_lines
 from . import render
 from .channel import machine_failure
 from .cliargs import EXIT_FAILED, EXIT_OK, seconds_arg
-from .launch import LaunchOptions, launch
+from .entry import LaunchOptions, launch
 from .recovery import POLICIES
 from .timeline import Timeline
 

@@ -17,12 +17,12 @@ rest only counted, so a peer that knocks a million times costs a counter.
 """
 from __future__ import annotations
 
+import struct
 from collections import Counter
 from typing import Iterator
 
 import zmq
 from zmq.utils import z85
-from zmq.utils.monitor import parse_monitor_message
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 ZAP_DOMAIN = b"inferris-dist"
@@ -30,6 +30,17 @@ NOTED_PER_PEER = 5             # refusals noted in full per peer address; the re
 MAX_PEERS_TRACKED = 256        # distinct addresses counted one by one; beyond, as "other"
 MONITOR_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
                   | zmq.EVENT_DISCONNECTED | zmq.EVENT_ACCEPT_FAILED)
+
+
+def monitor_event(frames: list[bytes]) -> tuple[int, int]:
+    """(event, value) of a socket monitor message: a 16-bit event id and a 32-bit value.
+
+    Parsed here rather than by pyzmq's helper, which imports asyncio (a worker pays
+    for every module it imports, at every start)."""
+    if len(frames) < 1 or len(frames[0]) < 6:
+        return 0, 0
+    event, value = struct.unpack("=HI", frames[0][:6])
+    return event, value
 
 
 def user_id(rank: int) -> str:
@@ -114,17 +125,17 @@ class Gate:
         for a failed handshake; ('accept-failed', errno) when a connection could not be taken."""
         while True:
             try:
-                event = parse_monitor_message(self.monitor.recv_multipart(zmq.NOBLOCK))
+                event, value = monitor_event(self.monitor.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
                 return
-            if event["event"] == zmq.EVENT_DISCONNECTED:
-                yield "closed", int(event["value"])
-            elif event["event"] == zmq.EVENT_ACCEPT_FAILED:
-                yield "accept-failed", int(event["value"])
-            elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
-                yield "protocol", int(event["value"])
-            else:
-                yield "no-detail", int(event["value"])
+            if event == zmq.EVENT_DISCONNECTED:
+                yield "closed", value
+            elif event == zmq.EVENT_ACCEPT_FAILED:
+                yield "accept-failed", value
+            elif event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+                yield "protocol", value
+            elif event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                yield "no-detail", value
 
     def close(self) -> None:
         for s in self.sockets:

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
-import zmq.auth
 
 SCHEDULER = "scheduler"
 
@@ -53,6 +52,7 @@ def write_keys(directory: str | Path, world_size: int, force: bool = False) -> l
         private = Path(tempfile.mkdtemp(prefix=".keys-", dir=directory))   # mode 0700
     except OSError as e:
         raise KeyFileError(f"cannot write into the key directory {directory}: {e.strerror or e}") from None
+    import zmq.auth                     # not at import: a worker needs only load_certificate's format
     try:
         for name in names:
             public, secret = (Path(p) for p in zmq.auth.create_certificates(private, name))
@@ -70,6 +70,7 @@ def write_keys(directory: str | Path, world_size: int, force: bool = False) -> l
 def _load(path: Path, want_secret: bool) -> tuple[bytes, bytes | None]:
     if not path.is_file():
         raise KeyFileError(f"no key file {path} (make keys with `inferris-dist keys DIR --world-size N`)")
+    import zmq.auth
     try:
         public, secret = zmq.auth.load_certificate(path)
     except (OSError, ValueError, UnicodeDecodeError) as e:

@@ -26,7 +26,6 @@ import sys
 import time
 
 import zmq
-from zmq.utils.monitor import parse_monitor_message
 
 from engine.messages import page_spans
 from engine.rank import RankExecutor
@@ -34,6 +33,7 @@ from engine.shard import SlotStore
 
 from . import wire
 from .faults import parse_fault
+from .gate import monitor_event
 from .keys import ClientKeys, KeyFileError
 from .placement import PlacementError, place
 from .wire import MsgType
@@ -140,21 +140,20 @@ class Worker:
         if self.monitor in events:
             while True:
                 try:
-                    event = parse_monitor_message(self.monitor.recv_multipart(zmq.NOBLOCK))
+                    kind, value = monitor_event(self.monitor.recv_multipart(zmq.NOBLOCK))
                 except zmq.Again:
                     break
-                kind = event["event"]
                 if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                     leave(f"rank {self.rank}: the scheduler at {self.address} refused this worker's "
                           f"key (it is none of the run's rank keys)")
                 if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
                     leave(f"rank {self.rank}: no handshake with the scheduler at {self.address} "
-                          f"({_mismatch(event['value'])})")
+                          f"({_mismatch(value)})")
                 if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
                     hint = ("is scheduler.key in --keys the key of this scheduler?" if self.keys
                             else "the scheduler probably uses CURVE: pass the run's --keys DIR")
                     leave(f"rank {self.rank}: the scheduler at {self.address} closed the connection "
-                          f"during the handshake ({os.strerror(int(event['value']))}); {hint}")
+                          f"during the handshake ({os.strerror(value)}); {hint}")
                 if kind == zmq.EVENT_DISCONNECTED and self.configured:
                     leave(f"rank {self.rank}: the scheduler at {self.address} closed the connection")
         if self.configured and self.sock not in events and time.monotonic() - self.last_heard > SILENCE_S:

@@ -35,7 +35,7 @@ from engine import (Engine, EngineError, ExecutionPlan, ItemOutcome, PlanItem, a
 from engine.shard import SlotStore
 from inferris_dist import wire
 from inferris_dist.group import ProcessGroup
-from inferris_dist.launch import DistributedEngine, launch
+from inferris_dist.entry import DistributedEngine, launch
 from inferris_dist.observe import WireLog
 from inferris_dist.gate import NOTED_PER_PEER
 from inferris_dist.wire import MsgType, WireError
