@@ -36,7 +36,6 @@ from .keys import ServerKeys
 from .observe import RankTotals, StepRecord, WireLog
 from .wire import MsgType
 
-HEARTBEAT_S = 1.0           # a member we did not start hears from us at least this often
 MAX_RETIRED = 256           # identities of former members remembered, to tell them to exit
 MAX_STRANGER_FRAMES = 4     # frames of a message from a non-member kept (the rest are dropped)
 
@@ -51,8 +50,7 @@ class Member:
     pid: int
     host: str
     fd: int | None          # the connection's socket, to notice it closing
-    heartbeat: bool         # started by someone else: it leaves if we go silent
-    last_sent: float = 0.0
+    replaceable: bool       # started by someone else: if it goes during admission, wait for another
 
 
 class MachineFailure(EngineError):
@@ -119,6 +117,8 @@ class RankChannel:
         if keys is not None:
             self.gate.guard(sock, keys.public, keys.secret)
             self.curve = True
+        if bind.startswith("tcp://["):
+            sock.setsockopt(zmq.IPV6, 1)          # an IPv6 address: tcp://[::1]:PORT
         self.gate.watch(sock)
         sock.bind(bind)
         self.address = sock.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -128,6 +128,8 @@ class RankChannel:
 
     def close(self) -> None:
         self.log_turned_away()
+        if self.sock is not None and self.gate is not None and self.gate.monitor is not None:
+            self.sock.disable_monitor()          # before its PAIR closes: never a stuck I/O thread
         if self.gate is not None:
             self.gate.close()
             self.gate = None
@@ -269,27 +271,25 @@ class RankChannel:
 
     def wait(self, deadline: float) -> tuple[list[int], list[tuple[list[bytes], Meta | None]]]:
         """Messages that came, and ranks whose process or connection is gone, waiting at most
-        until `deadline`. Members we did not start hear a PING when we have been quiet.
+        until `deadline`.
 
         A sentinel stays readable once its process exits, so it is unregistered
         the first time: a dead rank is remembered, not polled in a busy loop.
         """
-        self.heartbeat()
         timeout = max(0.0, deadline - time.monotonic())
-        if any(m.heartbeat for m in self.members.values()):
-            timeout = min(timeout, HEARTBEAT_S / 2)
         events = dict(self._poller.poll(int(timeout * 1000) + 1))
         messages = []
-        if self.sock in events:
-            while (message := self._recv()) is not None:
-                messages.append(message)
         if self.gate is not None:
             if self.gate.zap is not None and self.gate.zap in events:
                 for peer, text in self.gate.answer_zap():
                     if self.refusals.add(peer):
                         self.note(None, text)
-            if self.gate.monitor in events:
-                self._monitor_events()
+            # Every wait, and before the messages: a connection's close is seen before a new
+            # connection that reuses its descriptor can be admitted under it.
+            self._monitor_events()
+        if self.sock in events:
+            while (message := self._recv()) is not None:
+                messages.append(message)
         for rank, fd in self.sentinels.items():
             if rank not in self._dead and fd in events:
                 self._dead.add(rank)
@@ -344,16 +344,8 @@ class RankChannel:
             if quiet:
                 return
             raise self.lost(rank, step, "unreachable", "cannot be reached") from None
-        member.last_sent = time.monotonic()
         self.totals[rank].bytes_sent += len(header) + len(body)
-        if kind is not MsgType.PING:
-            self.log_message("out", rank, kind, step, len(body), decoded)
-
-    def heartbeat(self) -> None:
-        now = time.monotonic()
-        for rank, m in list(self.members.items()):
-            if m.heartbeat and now - m.last_sent >= HEARTBEAT_S:
-                self.send(rank, MsgType.PING, 0, wire.encode_body(MsgType.PING, ()), (), quiet=True)
+        self.log_message("out", rank, kind, step, len(body), decoded)
 
     def refuse(self, ident: bytes, reason: str, host: str = "") -> None:
         """Tell a peer why it is turned away (it exits), and note it: the first few times per

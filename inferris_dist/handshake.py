@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 from typing import Callable, Collection, Protocol
 
+from engine import RankLost
+
 from . import wire
 from .channel import Member, Meta, RankChannel
 from .wire import MsgType
@@ -26,7 +28,7 @@ from .wire import MsgType
 class Vetting(Protocol):
     """Whoever gets the members: says whether a HELLO for a rank is the member it expects."""
     proof: str
-    heartbeat: bool
+    replaceable: bool
 
     def vet(self, rank: int, header: wire.Header, hello: wire.Hello, meta: Meta) -> str | None: ...
 
@@ -54,7 +56,9 @@ class Admission:
             for frames, meta in messages:
                 self.take(frames, meta)
             for rank in dead:
-                if rank in self.ranks:
+                if rank in self.ranks and rank not in self.ready and self.vetting.replaceable:
+                    self.forget(rank, "its connection closed before READY")
+                elif rank in self.ranks:
                     raise channel.lost(rank, self.step, "died", "died during start-up")
             if time.monotonic() >= deadline and len(self.ready) < len(self.ranks):
                 missing = sorted(self.ranks - self.ready)
@@ -69,6 +73,8 @@ class Admission:
             if len(frames) != 3:
                 raise wire.WireError(f"{len(frames) - 1} frames")
             header = wire.decode_header(frames[1])
+            if rank is not None and header.type is MsgType.HELLO:
+                return          # a member saying HELLO again (a worker repeats it until CONFIG)
             if not known and header.type is not MsgType.HELLO:
                 if rank is not None:              # a rank of the running group, answering late
                     return channel.drop(rank, header, "while starting ranks")
@@ -106,12 +112,24 @@ class Admission:
         if why is not None:
             return self.refuse(ident, meta, why)
         channel.admit(Member(rank, channel.epoch, ident, self.vetting.proof, hello.pid, meta.host,
-                             meta.fd, self.vetting.heartbeat))
+                             meta.fd, self.vetting.replaceable))
         self.configured.add(rank)
         channel.log_message("in", rank, header.type, header.step, num_bytes, hello)
         config = self.configure(rank)
-        channel.send(rank, MsgType.CONFIG, max(self.step, 0), wire.encode_body(MsgType.CONFIG, config),
-                     config)
+        try:
+            channel.send(rank, MsgType.CONFIG, max(self.step, 0),
+                         wire.encode_body(MsgType.CONFIG, config), config)
+        except RankLost:
+            if not self.vetting.replaceable:
+                raise
+            self.forget(rank, "its CONFIG could not be sent")
+
+    def forget(self, rank: int, why: str) -> None:
+        """A member someone else started went before READY: wait on for another (until the
+        deadline) rather than fail the whole admission."""
+        self.channel.retire(rank, "gone before READY")
+        self.configured.discard(rank)
+        self.channel.note(rank, f"rank {rank} left during its handshake ({why}); still waiting for it")
 
     def refuse(self, ident: bytes, meta: Meta | None, reason: str) -> None:
         self.channel.refuse(ident, reason, meta.host if meta is not None else "")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
+from zmq.utils import z85
 
 SCHEDULER = "scheduler"
 
@@ -75,9 +76,19 @@ def _load(path: Path, want_secret: bool) -> tuple[bytes, bytes | None]:
         public, secret = zmq.auth.load_certificate(path)
     except (OSError, ValueError, UnicodeDecodeError) as e:
         raise KeyFileError(f"{path} is not a ZeroMQ certificate file: {e}") from None
-    if public is None or len(public) != 40 or (want_secret and (secret is None or len(secret) != 40)):
+    if not _z85_key(public) or (want_secret and not _z85_key(secret)):
         raise KeyFileError(f"{path} holds no usable CURVE {'secret' if want_secret else 'public'} key")
     return public, secret
+
+
+def _z85_key(key: bytes | None) -> bool:
+    """A 32-byte key in Z85 (40 characters of its alphabet)."""
+    if key is None or len(key) != 40:
+        return False
+    try:
+        return len(z85.decode(key)) == 32
+    except (ValueError, KeyError, IndexError):
+        return False
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from .wire import MsgType
 
 class Spawned:
     proof = "run secret"
-    heartbeat = False
+    replaceable = False
 
     def __init__(self, channel: RankChannel, secret: bytes, log_dir: Path, start_timeout: float):
         self.channel = channel
@@ -102,7 +102,7 @@ class Spawned:
 
 
 class External:
-    heartbeat = True
+    replaceable = True
 
     def __init__(self, channel: RankChannel, keys: ServerKeys | None, join_timeout: float,
                  rejoin_timeout: float, on_waiting: Callable[[str, list[int], float, bool], None] | None):

@@ -95,14 +95,17 @@ def place(rank: int | None, world_size: int | None, connect: str | None,
     else:
         raise PlacementError("no scheduler address: pass --connect tcp://HOST:PORT, or set "
                              "MASTER_ADDR and MASTER_PORT")
-    check_address(address, "--connect")
+    check_address(address, "--connect", can_bind_any=False)
     return Placement(rank, world_size, address, ", ".join(said))
 
 
-def check_address(address: str, flag: str) -> None:
-    """A ZeroMQ TCP endpoint tcp://HOST:PORT with a numeric port (0 allowed only to bind)."""
+def check_address(address: str, flag: str, can_bind_any: bool = True) -> None:
+    """A ZeroMQ TCP endpoint tcp://HOST:PORT with a numeric port (0, any free port, only to bind)."""
     if not address.startswith("tcp://"):
         raise PlacementError(f"{flag} {address!r}: want tcp://HOST:PORT")
     host, sep, port = address[len("tcp://"):].rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise PlacementError(f"{flag} {address!r}: want tcp://HOST:PORT with a port in 0..65535")
+    low = 0 if can_bind_any else 1
+    if not sep or not host or not port.isdigit() or not low <= int(port) <= 65535:
+        raise PlacementError(f"{flag} {address!r}: want tcp://HOST:PORT with a port in {low}..65535")
+    if " " in host or host.strip("[]") == "":
+        raise PlacementError(f"{flag} {address!r}: {host!r} is not a host name or address")

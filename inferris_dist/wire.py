@@ -20,7 +20,7 @@ import msgpack
 from engine import Workload, WorkloadError
 from engine.messages import ExecutionPlan, ItemOutcome, PlanItem
 
-PROTOCOL_VERSION = 2               # 2: PING (heartbeats to workers the scheduler did not start)
+PROTOCOL_VERSION = 2   # 2: REFUSED tells any peer to exit; HELLO's proof is empty for a CURVE-proven member
 MAX_FRAME_BYTES = 64 << 20        # also the sockets' ZMQ_MAXMSGSIZE
 MAX_HEADER_BYTES = 256
 MAX_HELLO_BYTES = 256             # what an unauthenticated peer may make us decode
@@ -43,7 +43,6 @@ class MsgType(IntEnum):
     SHARD = 7      # worker -> scheduler: the shard snapshot
     STOP = 8       # scheduler -> worker: exit now
     REFUSED = 9    # scheduler -> a would-be or retired worker: why it was turned away; it exits
-    PING = 10      # scheduler -> worker: still here (a worker we did not start leaves after silence)
 
 
 class Header(NamedTuple):
@@ -235,7 +234,6 @@ _DECODERS = {
     MsgType.SHARD: _shard,
     MsgType.STOP: _empty,
     MsgType.REFUSED: _refused,
-    MsgType.PING: _empty,
 }
 
 

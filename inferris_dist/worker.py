@@ -8,9 +8,10 @@ Two ways to start one:
 - started by someone else (a cluster's launcher, or by hand): rank, world
   size and address from flags or the launcher's environment (placement.py),
   the CURVE keys from `--keys DIR`. It exits 0 after the run's STOP, and by
-  itself (status 1, one line why) when the scheduler closes the connection,
-  refuses it, or is silent for SILENCE_S: the scheduler pings its members
-  every second, so silence means it is gone or cut off.
+  itself (status 1, one line why) when the scheduler refuses it or the
+  connection ends: closed, or silent past the transport's heartbeat
+  (ZeroMQ's own PINGs every second, answered by the scheduler's I/O thread
+  whatever its main thread is doing; no answer for 3 s and we leave).
 
 Either way it takes its configuration, then answers each PLAN with its RESULT
 using engine's RankExecutor on its own page shard, in lockstep, until STOP.
@@ -40,7 +41,8 @@ from .wire import MsgType
 
 PARENT_CHECK_MS = 500
 HANDSHAKE_TIMEOUT_S = 30.0      # spawned: the scheduler is there already
-SILENCE_S = 4.0                 # started by someone else: this long without a word and we leave
+HEARTBEAT_MS, HEARTBEAT_TIMEOUT_MS = 1000, 3000   # started by someone else: leave within ~4 s
+HELLO_EVERY_S = 1.0             # a HELLO is repeated until CONFIG: one sent early is not lost
 EXIT_GONE, EXIT_USAGE, EXIT_PROTOCOL = 1, 2, 3
 
 
@@ -83,13 +85,21 @@ class Worker:
         self.poller = zmq.Poller()
         self.poller.register(self.sock, zmq.POLLIN)
         self.monitor = None
+        self.connected = False
         if parent_pid is None:           # nobody to watch but the connection itself
+            self.sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_MS)
+            self.sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+            if address.startswith("tcp://["):
+                self.sock.setsockopt(zmq.IPV6, 1)
             self.monitor = self.sock.get_monitor_socket(
-                zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
                 | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
             self.monitor.setsockopt(zmq.LINGER, 0)
             self.poller.register(self.monitor, zmq.POLLIN)
-        self.sock.connect(address)
+        try:
+            self.sock.connect(address)
+        except zmq.ZMQError as e:
+            fail(f"inferris-dist worker: cannot connect to {address}: {e}", EXIT_USAGE)
         self.parent_fd = None
         if parent_pid is not None and hasattr(os, "pidfd_open"):
             try:
@@ -98,7 +108,6 @@ class Worker:
             except OSError:
                 self.parent_fd = None
         self.configured = False
-        self.last_heard = time.monotonic()
         self.executor: RankExecutor | None = None
         self.faults = []
         self.previous_result: list[bytes] | None = None
@@ -115,7 +124,6 @@ class Worker:
             self.check_scheduler(events)
             if self.sock in events:
                 frames = self.sock.recv_multipart()
-                self.last_heard = time.monotonic()
                 if len(frames) != 2:
                     fail(f"rank {self.rank}: a message of {len(frames)} frames from the scheduler")
                 try:
@@ -125,14 +133,13 @@ class Worker:
                     fail(f"rank {self.rank}: bad message from the scheduler: {e}")
                 if header.type is MsgType.REFUSED:
                     leave(f"rank {self.rank}: refused by the scheduler: {body}")
-                if header.type is not MsgType.PING:
-                    return header, body
+                return header, body
             if deadline is not None and time.monotonic() > deadline:
                 return None
 
     def check_scheduler(self, events: dict) -> None:
-        """Leave if the scheduler is gone: parent exited (spawned), or the connection closed,
-        failed its handshake, or went silent (started by someone else)."""
+        """Leave if the scheduler is gone: parent exited (spawned), or the connection failed its
+        handshake, closed, or went unanswered past the heartbeat (started by someone else)."""
         if self.parent_pid is not None:
             if (self.parent_fd is not None and self.parent_fd in events) or os.getppid() != self.parent_pid:
                 os._exit(0)
@@ -154,21 +161,41 @@ class Worker:
                             else "the scheduler probably uses CURVE: pass the run's --keys DIR")
                     leave(f"rank {self.rank}: the scheduler at {self.address} closed the connection "
                           f"during the handshake ({os.strerror(value)}); {hint}")
-                if kind == zmq.EVENT_DISCONNECTED and self.configured:
-                    leave(f"rank {self.rank}: the scheduler at {self.address} closed the connection")
-        if self.configured and self.sock not in events and time.monotonic() - self.last_heard > SILENCE_S:
-            leave(f"rank {self.rank}: the scheduler at {self.address} has been silent for "
-                  f"{SILENCE_S:g} s; leaving")
+                if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    self.connected = True
+                if kind == zmq.EVENT_DISCONNECTED and (self.configured or self.connected):
+                    self.last_words_of_scheduler()
+                    leave(f"rank {self.rank}: lost the connection to the scheduler at {self.address} "
+                          f"(closed, or no answer for {(HEARTBEAT_MS + HEARTBEAT_TIMEOUT_MS) / 1000:g} s)")
+
+    def last_words_of_scheduler(self) -> None:
+        """The connection is gone; what the scheduler said before it went still counts: a
+        refusal or a STOP already received is acted on, not lost with the connection."""
+        while self.sock.poll(0):
+            frames = self.sock.recv_multipart()
+            try:
+                header = wire.decode_header(frames[0])
+                body = wire.decode_body(header.type, frames[1]) if len(frames) == 2 else None
+            except (wire.WireError, IndexError):
+                continue
+            if header.type is MsgType.REFUSED:
+                leave(f"rank {self.rank}: refused by the scheduler: {body}")
+            if header.type is MsgType.STOP:
+                os._exit(0)
 
     def handshake(self, timeout_s: float = HANDSHAKE_TIMEOUT_S) -> None:
         pid = os.getpid()
         proof = wire.proof_of_secret(self.secret, self.rank, self.world_size, pid) if self.secret else b""
-        hello = wire.Hello(pid, proof)
-        self.send(MsgType.HELLO, 0, wire.encode_body(MsgType.HELLO, hello))
-        got = self.recv(timeout_s)
-        if got is None:
-            leave(f"rank {self.rank}: no configuration from the scheduler at {self.address} "
-                  f"within {timeout_s:g} s")
+        hello = wire.encode_body(MsgType.HELLO, wire.Hello(pid, proof))
+        deadline = time.monotonic() + timeout_s
+        got = None
+        while got is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                leave(f"rank {self.rank}: no configuration from the scheduler at {self.address} "
+                      f"within {timeout_s:g} s")
+            self.send(MsgType.HELLO, 0, hello)
+            got = self.recv(min(left, HELLO_EVERY_S) if self.parent_pid is None else left)
         header, body = got
         if header.type is not MsgType.CONFIG:
             fail(f"rank {self.rank}: expected CONFIG, got {header.type.name}")
@@ -247,17 +274,7 @@ class Worker:
     def glance(self) -> None:
         """Without reading plans: leave if refused, stopped, or the scheduler is gone."""
         self.check_scheduler(dict(self.poller.poll(0)))
-        while self.sock.poll(0):
-            frames = self.sock.recv_multipart()
-            self.last_heard = time.monotonic()
-            try:
-                header = wire.decode_header(frames[0])
-            except (wire.WireError, IndexError):
-                continue
-            if header.type is MsgType.STOP:
-                os._exit(0)
-            if header.type is MsgType.REFUSED:
-                leave(f"rank {self.rank}: refused by the scheduler while hung")
+        self.last_words_of_scheduler()
 
     def sleep(self, seconds: float) -> None:
         """Answer `seconds` late, leaving at once if the scheduler is gone."""
@@ -273,7 +290,6 @@ class Worker:
                 watch = zmq.Poller()
                 watch.register(self.monitor, zmq.POLLIN)
                 self.check_scheduler(dict(watch.poll(int(min(left, 0.5) * 1000) + 1)))
-                self.last_heard = time.monotonic()   # busy by order, not abandoned
 
     def close(self) -> None:
         if self.monitor is not None:

@@ -78,9 +78,9 @@ def test_a_partitioned_host_is_replaced_and_its_old_workers_are_refused(tmp_path
             sched.out.until(r'"step": 5\b', 30)
             hosts.link_down("a")
             sched.err.until(r"replacement for ranks 0, 1", 30)
+            hosts.link_up("a")              # the partition heals while the replacements start
             new = [start_worker(address, keys, r, 4, prefix=hosts.argv("c", [])) for r in (0, 1)]
             procs += new
-            hosts.link_up("a")
             for w in old[:2]:
                 code, line = exit_line(w, 15)
                 assert code == 1 and "replaced in epoch 1" in line, line
