@@ -12,8 +12,8 @@ Pure Python, no I/O. The control plane (`Engine`) decides; an executor with
 import importlib
 import json
 
-from .errors import (BoundaryViolation, EngineError, GroupViolation, Irreducible, OutOfPages,
-                     RankLost, WorkloadError)
+from .errors import (BoundaryViolation, EngineError, GroupViolation, Irreducible, NeverFits,
+                     OutOfPages, RankLost, WorkloadError)
 
 # Every other name is imported on first use, so that a rank worker, which needs only
 # messages, rank and shard, does not pay for the control plane at every start.
@@ -27,6 +27,7 @@ _LAZY = {
     "FinishReason": "request", "Request": "request", "SampleResult": "request", "State": "request",
     "Engine": "step", "PreparedStep": "step",
     "StepTrace": "trace",
+    "RUNGS": "rungs", "Rung": "rungs",
     "EngineConfig": "workload", "RequestSpec": "workload", "Workload": "workload",
     "load_workload": "workload", "parse_workload": "workload",
 }
@@ -44,8 +45,8 @@ def __getattr__(name: str):
 __all__ = [
     "BoundaryViolation", "CACHE", "Engine", "EngineConfig", "EngineError", "ExecutionPlan",
     "ExecutionResult", "FinishReason", "GroupViolation", "Irreducible", "ItemOutcome",
-    "LocalGroup", "OutOfPages", "PagePool", "PlanItem", "PreparedStep", "RankExecutionResult",
-    "RankExecutor", "RankLost", "Request", "RequestSpec", "SampleResult", "State", "StepTrace",
+    "LocalGroup", "NeverFits", "OutOfPages", "PagePool", "PlanItem", "PreparedStep", "RankExecutionResult",
+    "RUNGS", "RankExecutor", "RankLost", "Request", "Rung", "RequestSpec", "SampleResult", "State", "StepTrace",
     "Workload", "WorkloadError", "accept_scripts", "expand_placements", "join", "load_workload",
     "page_spans", "pages_needed", "parse_workload", "placement_pages", "run_workload", "trace_json_lines", "trace_lines", "trace_objects", "verdict",
 ]
@@ -66,7 +67,7 @@ def trace_json_lines(engine):
     """`trace_objects` as JSON text, one line each (without newlines): what `--json` prints."""
     try:
         for trace in engine.run():
-            yield trace.json_line()
+            yield engine.json_line(trace)
     except EngineError as e:
         yield json.dumps(e.to_json())
         return
@@ -78,7 +79,7 @@ def trace_objects(engine):
     summary, or the error object where a step fails."""
     try:
         for trace in engine.run():
-            yield trace.to_json()
+            yield engine.trace_json(trace)
     except EngineError as e:
         yield e.to_json()
         return

@@ -41,6 +41,13 @@ class Irreducible(EngineError):
     kind = "Irreducible"
 
 
+class NeverFits(EngineError):
+    """A RUNNING request owes more than the whole budget and no step can take it (the
+    ladder's rungs 02 and 03, before chunked prefill)."""
+
+    kind = "NeverFits"
+
+
 class OutOfPages(EngineError):
     """No preemption victim is left while pages are short: an internal error (phase 5)."""
 

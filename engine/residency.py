@@ -45,14 +45,27 @@ class Holders:
         return None
 
 
+FULL_RELIEFS = ("evict", "preempt")
+
+
 def make_resident(work: Work, pool: PagePool, cache: RadixCache, holders: Holders,
-                  evicted: list[int], preempted: list[Request]) -> None:
+                  evicted: list[int], preempted: list[Request],
+                  reliefs: tuple[str, ...] = FULL_RELIEFS) -> None:
     """Phase 5: on return every work entry has the pages it needs, in work order.
 
     Appends evicted page ids and preempted requests to the lists given, and
-    drops preempted requests from `work`.
+    drops preempted requests from `work`. `reliefs` are what may free pages,
+    tried in order each round (the full engine: evict, then preempt; lower rungs
+    of the ladder: preempt then evict, preempt only, or nothing at all, when a
+    short pool is simply fatal).
     """
     page_size = pool.page_size
+    if not reliefs:
+        shortfall = sum(_short(req, n, page_size) for req, n, _ in work)
+        if shortfall > pool.num_free:
+            raise OutOfPages(f"need {shortfall} more pages, {pool.num_free} free")
+        _extend(work, pool, holders)
+        return
     anchor, anchor_tokens, _ = work[0]
     if pages_needed(anchor.computed + anchor_tokens, page_size) > pool.num_pages:
         raise Irreducible(f"{anchor.request_id} alone outgrows the pool: needs "
@@ -64,16 +77,20 @@ def make_resident(work: Work, pool: PagePool, cache: RadixCache, holders: Holder
         if shortfall <= pool.num_free:
             _extend(work, pool, holders)
             return
-        if _evict(shortfall - pool.num_free, pool, cache, evicted):
-            continue
-        victim = _victim(work, holders, anchor)
-        if victim is None:
+        for relief in reliefs:
+            if relief == "evict" and _evict(shortfall - pool.num_free, pool, cache, evicted):
+                break
+            if relief == "preempt":
+                victim = _victim(work, holders, anchor)
+                if victim is not None:
+                    if work[-1][0] is victim:
+                        shortfall -= _short(victim, work.pop()[1], page_size)
+                    preempt(victim, pool)
+                    preempted.append(victim)
+                    break
+        else:
             raise OutOfPages(f"no request left to preempt for {shortfall} pages "
                              f"({pool.num_free} free)")
-        if work[-1][0] is victim:
-            shortfall -= _short(victim, work.pop()[1], page_size)
-        preempt(victim, pool)
-        preempted.append(victim)
 
 
 def _short(req: Request, num_tokens: int, page_size: int) -> int:

@@ -63,6 +63,29 @@ class Scheduler:
                     break
         return work
 
+    # -- the budget as it stood before chunked prefill (the ladder's rungs 00 to 03) --
+
+    def schedule_all(self, max_step_tokens: int, spec_len: int) -> list[tuple[Request, int, bool]]:
+        """Rungs 00 and 01: no budget; every RUNNING request computes all it owes."""
+        work = []
+        for req in self.running:
+            req.draft_len = 0
+            work.append((req, req.prompt + req.generated - req.computed, speculation.is_decoding(req)))
+        return work
+
+    def schedule_whole(self, max_step_tokens: int, spec_len: int) -> list[tuple[Request, int, bool]]:
+        """Rungs 02 and 03: in request order, a request runs only if all it owes fits the
+        budget left; one that does not waits (and may never fit: NeverFits)."""
+        budget = max_step_tokens
+        work = []
+        for req in self.running:
+            req.draft_len = 0
+            n = req.prompt + req.generated - req.computed
+            if n <= budget:
+                work.append((req, n, speculation.is_decoding(req)))
+                budget -= n
+        return work
+
     def retire(self, req: Request) -> None:
         """A finished request leaves the batch."""
         del self.running[bisect.bisect_left(self.running, req.index, key=_order)]

@@ -12,13 +12,15 @@ from typing import Iterator, NamedTuple
 
 from . import caching, speculation
 from .boundary import build_plan, validate
-from .errors import EngineError
+from .errors import EngineError, NeverFits
 from .group import LocalGroup
 from .messages import ExecutionPlan, ExecutionResult
 from .pool import PagePool
 from .prefix import KeyTable, RadixCache
 from .request import FinishReason, Request, SampleResult, State
 from .residency import Holders, make_resident, preempt, release_pages
+from .rungs import Rung
+from .rungs import rung as rung_named
 from .scheduler import Scheduler
 from .trace import StepTrace
 from .workload import Workload, load_workload
@@ -39,11 +41,17 @@ class PreparedStep(NamedTuple):
 class Engine:
     """The control plane. Give it a workload and an executor (default: LocalGroup)."""
 
-    def __init__(self, workload: Workload | dict | str, executor=None):
+    def __init__(self, workload: Workload | dict | str, executor=None, rung: str | Rung = "full"):
         if not isinstance(workload, Workload):
             workload = load_workload(workload)
         self.workload = workload
         self.config = cfg = workload.config
+        # The mechanisms switched on, asked once (SPEC §6): each phase below runs the rule
+        # it was handed here and never asks which rung it is on.
+        self.rung = the_rung = rung_named(rung)
+        self.fields = the_rung.fields
+        self._spec_len = cfg.spec_len if the_rung.speculation else 0
+        self._relief = the_rung.reliefs
         self.requests = [Request(i, spec) for i, spec in enumerate(workload.requests)]
         self.by_id = {r.request_id: r for r in self.requests}
         self.executor = executor if executor is not None else LocalGroup(workload)
@@ -54,6 +62,11 @@ class Engine:
         self.step_id = 0
         self.num_unfinished = len(self.requests)
         self.scheduler = Scheduler(self.requests)
+        self._schedule = {"none": self.scheduler.schedule_all, "whole": self.scheduler.schedule_whole,
+                          "chunked": self.scheduler.schedule}[the_rung.budget]
+        self._phase2 = self._reuse if the_rung.reuse else dict
+        self._phase5 = self._make_resident if the_rung.paged else _no_pages
+        self._phase11 = caching.publish if the_rung.publish else _publish_nothing
         self._reuse_queue = caching.ReuseQueue()
         self._holders = Holders()
 
@@ -63,7 +76,23 @@ class Engine:
 
     def run(self) -> Iterator[StepTrace]:
         while not self.done:
-            yield self.idle_step() if self.is_idle() else self.step()
+            trace = self.idle_step() if self.is_idle() else self.step()
+            yield trace
+            self.check_progress(trace)
+
+    def check_progress(self, trace: StepTrace) -> None:
+        """Rungs whose budget is all-or-nothing: a step that took nothing while requests
+        run will be followed by the same step forever (nothing changes): NeverFits."""
+        if self.rung.never_fits and not trace.scheduled and self.scheduler.running:
+            ids = [r.request_id for r in self.scheduler.running]
+            raise NeverFits(f"never fits the budget: {ids}", trace.step)
+
+    def trace_json(self, trace: StepTrace) -> dict:
+        """The SPEC §4 object of a step at this engine's rung (only the fields it has)."""
+        return trace.to_json(self.fields)
+
+    def json_line(self, trace: StepTrace) -> str:
+        return trace.json_line(self.fields)
 
     def is_idle(self) -> bool:
         """Nothing runs and nothing arrives this step: every phase would do nothing (no
@@ -96,13 +125,13 @@ class Engine:
     def _plan(self, step: int, admitted: list[str]) -> PreparedStep:
         """Phases 2 to 6 (admission is done)."""
         try:
-            reused = self._reuse()
-            work = self.scheduler.schedule(self.config.max_step_tokens, self.config.spec_len)
+            reused = self._phase2()
+            work = self._schedule(self.config.max_step_tokens, self._spec_len)
             scheduled = [req.request_id for req, _, _ in work]
             evicted: list[int] = []
             preempted: list[Request] = []
             if work:
-                make_resident(work, self.pool, self.cache, self._holders, evicted, preempted)
+                self._phase5(work, evicted, preempted)
         except EngineError as e:
             e.step = step
             raise
@@ -123,6 +152,9 @@ class Engine:
         again = self._plan(prepared.step, prepared.admitted)
         return again._replace(preempted=prepared.preempted + lost + again.preempted,
                               evicted=prepared.evicted + again.evicted)
+
+    def _make_resident(self, work, evicted: list[int], preempted: list[Request]) -> None:
+        make_resident(work, self.pool, self.cache, self._holders, evicted, preempted, self._relief)
 
     def _admit(self, step: int) -> list[Request]:
         arrived = self.scheduler.admit(step)
@@ -184,7 +216,7 @@ class Engine:
                 drafted[rid], accepted[rid], rolled_back[rid] = d, a, r
         # phase 11, publish
         for req, _, _ in work:
-            num_blocks = caching.publish(req, cache, pool, keys)
+            num_blocks = self._phase11(req, cache, pool, keys)
             if num_blocks:
                 published[req.request_id] = num_blocks
         # phases 12 and 13, sample and update
@@ -232,3 +264,12 @@ class Engine:
             "slots": pool.slots.snapshot(),
             "cache": [(n.key, n.page, n.path) for n in self.cache.tree_order()],
         }
+
+
+def _no_pages(work, evicted, preempted) -> None:
+    """Rungs 00 to 02: nothing is paged; a plan's items carry no placements."""
+
+
+def _publish_nothing(req, cache, pool, keys) -> int:
+    """Rungs 00 to 05: no prefix cache."""
+    return 0

@@ -1,6 +1,7 @@
 """The trace (SPEC §4): one record per step, fields in SPEC order, and the summary."""
 from __future__ import annotations
 
+import functools
 import json
 from typing import NamedTuple
 
@@ -20,14 +21,17 @@ class StepTrace(NamedTuple):
     accepted: dict[str, int]
     rolled_back: dict[str, int]
 
-    def to_json(self) -> dict:
-        return self._asdict()
+    def to_json(self, fields: tuple[str, ...] | None = None) -> dict:
+        """SPEC §4's object; `fields`: only those (a rung of the ladder has fewer)."""
+        if fields is None or len(fields) == len(self._fields):
+            return self._asdict()
+        return {f: getattr(self, f) for f in fields}
 
-    def json_line(self) -> str:
+    def json_line(self, fields: tuple[str, ...] | None = None) -> str:
         """The SPEC §4 line (without the newline): `json.dumps(to_json())`, cheaper for idle steps."""
         if self.is_empty:
-            return f'{{"step": {self.step}, {_IDLE_REST}'
-        return json.dumps(self._asdict())
+            return f'{{"step": {self.step}, {_idle_rest(fields or self._fields)}'
+        return json.dumps(self.to_json(fields))
 
     @classmethod
     def idle(cls, step: int) -> "StepTrace":
@@ -41,4 +45,7 @@ class StepTrace(NamedTuple):
 
 
 
-_IDLE_REST = json.dumps(StepTrace.idle(0)._asdict())[len('{"step": 0, '):]
+@functools.lru_cache(maxsize=16)
+def _idle_rest(fields: tuple[str, ...]) -> str:
+    """An idle step's line after its step number, for these fields."""
+    return json.dumps(StepTrace.idle(0).to_json(fields))[len('{"step": 0, '):]

@@ -14,6 +14,7 @@ import sys
 import zmq
 
 from engine import Engine, EngineError, WorkloadError, trace_json_lines
+from engine.rungs import NAMES as RUNG_NAMES
 
 from . import cmd_launch, render
 from .cliargs import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, Parser,
@@ -33,6 +34,12 @@ def add_workload_flags(p: argparse.ArgumentParser) -> None:
                        help="override the workload's engine value")
 
 
+def add_rung_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rung", choices=RUNG_NAMES, default="full", metavar="RUNG",
+                   help=f"the engine as it stands at this rung of the mechanism ladder "
+                        f"({', '.join(RUNG_NAMES)}; default full)")
+
+
 def knobs_of(args) -> dict:
     return {k: getattr(args, k) for k in
             ("max_step_tokens", "page_size", "num_pages", "spec_len", "world_size")}
@@ -45,17 +52,20 @@ def build_parser() -> Parser:
     sub.required = True
     run = sub.add_parser("run", help="run a workload in one process")
     add_workload_flags(run)
+    add_rung_flag(run)
     run.add_argument("--json", action="store_true", help="SPEC §4 JSON lines")
     demo = sub.add_parser("demo", help="run the built-in three-request demo in one process")
     demo.add_argument("--json", action="store_true", help="SPEC §4 JSON lines")
     sub.add_parser("mechs", help="list the mechanisms and where they live")
     la = sub.add_parser("launch", help="run a workload with its ranks on real worker processes")
     add_workload_flags(la)
+    add_rung_flag(la)
     la.add_argument("--json", action="store_true", help="SPEC §4 JSON lines (same bytes as run --json)")
     la.add_argument("--wire-log", metavar="FILE", help="write every message that crossed as JSON lines")
     cmd_launch.add_launch_flags(la)
     co = sub.add_parser("compare", help="run in process and on worker processes; diff the traces")
     add_workload_flags(co)
+    add_rung_flag(co)
     co.add_argument("--step-timeout", type=seconds_arg, default=10.0, metavar="SECONDS",
                     help="a rank that has not answered by then is lost (default 10)")
     wo = sub.add_parser("worker", help="a rank worker, for a scheduler started with `launch --listen` "
@@ -73,7 +83,7 @@ def build_parser() -> Parser:
 
 def cmd_run(args) -> int:
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
-    return run_in_process(workload, name, args.json)
+    return run_in_process(workload, name, args.json, args.rung)
 
 
 def cmd_demo(args) -> int:
@@ -81,13 +91,13 @@ def cmd_demo(args) -> int:
     return run_in_process(workload, name, args.json)
 
 
-def run_in_process(workload, name: str, as_json: bool) -> int:
+def run_in_process(workload, name: str, as_json: bool, rung: str = "full") -> int:
     out = sys.stdout
     parse_faults((), workload.config.world_size, workload.faults)   # refused alike by run and launch
     if workload.faults:
         sys.stderr.write(f"inferris-dist: note: the workload's faults ({', '.join(workload.faults)}) "
                          f"act on worker processes; run them with `inferris-dist launch`\n")
-    engine = Engine(workload)
+    engine = Engine(workload, rung=rung)
     if as_json:
         last = ""
         for last in trace_json_lines(engine):
@@ -143,7 +153,7 @@ def cmd_keys(args) -> int:
 
 def cmd_compare(args) -> int:
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
-    return cmd_launch.run_compare(workload, name, args.step_timeout)
+    return cmd_launch.run_compare(workload, name, args.step_timeout, args.rung)
 
 
 COMMANDS = {"run": cmd_run, "demo": cmd_demo, "mechs": cmd_mechs, "launch": cmd_launch_,

@@ -8,7 +8,7 @@ import time
 
 import zmq
 
-from engine import EngineError, WorkloadError, run_workload, trace_lines
+from engine import Engine, EngineError, WorkloadError, trace_lines
 
 from . import render
 from .channel import machine_failure
@@ -53,7 +53,7 @@ def options_from_args(args, timeline: Timeline | None, log_stream, on_waiting) -
                          audit_every=args.audit_every, on_rank_loss=args.on_rank_loss,
                          max_restarts=args.max_restarts, wire_log=log_stream, timeline=timeline,
                          listen=args.listen, keys=args.keys, join_timeout=args.join_timeout,
-                         rejoin_timeout=args.rejoin_timeout, on_waiting=on_waiting)
+                         rejoin_timeout=args.rejoin_timeout, on_waiting=on_waiting, rung=args.rung)
 
 
 def run_launch(workload, name: str, args) -> int:
@@ -89,7 +89,7 @@ def run_launch(workload, name: str, args) -> int:
             for trace in engine.run():
                 num_steps += 1
                 if as_json:
-                    out.write(trace.json_line() + "\n")
+                    out.write(engine.json_line(trace) + "\n")
                     continue
                 attempts, recoveries = group.take_attempts(), engine.take_recoveries()
                 audited = [r for r in recoveries if r.in_audit]     # the audit before this step
@@ -234,17 +234,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def distributed_lines(workload, step_timeout: float, faults=()) -> list[dict]:
+def distributed_lines(workload, step_timeout: float, faults=(), rung: str = "full") -> list[dict]:
     try:
-        with launch(workload, step_timeout=step_timeout, faults=faults) as engine:
+        with launch(workload, step_timeout=step_timeout, faults=faults, rung=rung) as engine:
             return trace_lines(engine)
     except EngineError as e:        # the workers did not start
         return [e.to_json()]
 
 
-def run_compare(workload, name: str, step_timeout: float) -> int:
-    local = run_workload(workload)
-    remote = distributed_lines(workload, step_timeout)
+def run_compare(workload, name: str, step_timeout: float, rung: str = "full") -> int:
+    local = trace_lines(Engine(workload, rung=rung))
+    remote = distributed_lines(workload, step_timeout, rung=rung)
     n = workload.config.world_size
     diff = first_difference(local, remote)
     num_steps = sum(1 for line in local if "step" in line and "error" not in line)

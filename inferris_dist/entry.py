@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence, TextIO
 
 from engine import Workload, WorkloadError, load_workload
+from engine.rungs import rung as rung_named
 
 from .cliargs import MAX_SECONDS, valid_seconds
 from .faults import parse_faults
@@ -52,6 +53,7 @@ class LaunchOptions:
     join_timeout: float = 60.0
     rejoin_timeout: float = 30.0
     on_waiting: Callable[[str, list[int], float, bool], None] | None = None   # address, ranks, timeout, rejoin
+    rung: str = "full"                  # the mechanism ladder's rung (SPEC §6)
 
     def check(self) -> None:
         """Refuse, as bad input (WorkloadError), options that cannot work together."""
@@ -59,6 +61,7 @@ class LaunchOptions:
             if not valid_seconds(getattr(self, name)):
                 raise WorkloadError(f"{name} must be a number of seconds > 0 and <= {MAX_SECONDS:g}, "
                                     f"got {getattr(self, name)!r}")
+        rung_named(self.rung)
         if self.on_rank_loss not in POLICIES:
             raise WorkloadError(f"unknown --on-rank-loss {self.on_rank_loss!r}; one of {', '.join(POLICIES)}")
         if self.audit_every < 0:
@@ -119,7 +122,7 @@ def launch(workload: Workload | dict | str | Path, world_size: int | None = None
                           join_timeout=options.join_timeout, rejoin_timeout=options.rejoin_timeout,
                           on_waiting=options.on_waiting) as group:
             engine = DistributedEngine(workload, group, options.audit_every, options.on_rank_loss,
-                                       options.max_restarts)
+                                       options.max_restarts, rung=options.rung)
             engine.timeline = options.timeline
             yield engine
     finally:

@@ -51,8 +51,8 @@ class Recovery:
 
 class DistributedEngine(Engine):
     def __init__(self, workload: Workload, group: ProcessGroup, audit_every: int = 0,
-                 on_rank_loss: str = "abort", max_restarts: int = 3):
-        super().__init__(workload, executor=group)
+                 on_rank_loss: str = "abort", max_restarts: int = 3, rung: str = "full"):
+        super().__init__(workload, executor=group, rung=rung)
         if on_rank_loss not in POLICIES:
             raise ValueError(f"unknown policy {on_rank_loss!r}")
         self.group = group
@@ -77,6 +77,7 @@ class DistributedEngine(Engine):
                 idle_from = None
             trace = self.step()
             yield trace
+            self.check_progress(trace)
             if self.audit_every and (trace.step + 1) % self.audit_every == 0 and not self.done:
                 self.audit(trace.step)
         if idle_from is not None:
