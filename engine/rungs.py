@@ -51,21 +51,24 @@ class Rung:
         return self.budget == "whole"
 
 
+_CHUNKED = dict(budget="chunked", paged=True)
+_CACHE = dict(_CHUNKED, publish=True, fields=CACHE_FIELDS)
+_OFF = dict(reliefs=(), publish=False, reuse=False, speculation=False)
+
 RUNGS: dict[str, Rung] = {r.name: r for r in (
-    Rung("00", "the engine loop", "none", False, (), False, False, False, BASE_FIELDS),
-    Rung("01", "continuous batching", "none", False, (), False, False, False, BASE_FIELDS),
-    Rung("02", "token budget", "whole", False, (), False, False, False, BASE_FIELDS),
-    Rung("03", "paged state", "whole", True, (), False, False, False, BASE_FIELDS),
-    Rung("04", "chunked prefill", "chunked", True, (), False, False, False, BASE_FIELDS),
-    Rung("05", "preemption", "chunked", True, ("preempt",), False, False, False, PREEMPT_FIELDS),
-    Rung("08a", "prefix cache: publish", "chunked", True, ("preempt",), True, False, False,
-         CACHE_FIELDS),
-    Rung("08b", "prefix cache: reuse", "chunked", True, ("preempt",), True, True, False,
-         CACHE_FIELDS),
-    Rung("08c", "cache-aware pressure", "chunked", True, ("evict", "preempt"), True, True, False,
-         CACHE_FIELDS),
-    Rung("full", "speculation, boundary, ranks", "chunked", True, ("evict", "preempt"), True, True,
-         True, ALL_FIELDS),
+    Rung("00", "the engine loop", budget="none", paged=False, **_OFF, fields=BASE_FIELDS),
+    Rung("01", "continuous batching", budget="none", paged=False, **_OFF, fields=BASE_FIELDS),
+    Rung("02", "token budget", budget="whole", paged=False, **_OFF, fields=BASE_FIELDS),
+    Rung("03", "paged state", budget="whole", paged=True, **_OFF, fields=BASE_FIELDS),
+    Rung("04", "chunked prefill", **_CHUNKED, **_OFF, fields=BASE_FIELDS),
+    Rung("05", "preemption", budget="chunked", paged=True, reliefs=("preempt",),
+         publish=False, reuse=False, speculation=False, fields=PREEMPT_FIELDS),
+    Rung("08a", "prefix cache: publish", **_CACHE, reliefs=("preempt",), reuse=False, speculation=False),
+    Rung("08b", "prefix cache: reuse", **_CACHE, reliefs=("preempt",), reuse=True, speculation=False),
+    Rung("08c", "cache-aware pressure", **_CACHE, reliefs=("evict", "preempt"), reuse=True,
+         speculation=False),
+    Rung("full", "speculation, boundary, ranks", budget="chunked", paged=True,
+         reliefs=("evict", "preempt"), publish=True, reuse=True, speculation=True, fields=ALL_FIELDS),
 )}
 NAMES = tuple(RUNGS)
 

@@ -22,6 +22,7 @@ from .cliargs import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, E
 from .faults import parse_faults
 from .keys import KeyFileError, write_keys
 from .mechanisms import MECHANISMS
+from .mechanisms import find as find_mechanism
 from .workloads import REQUEST_FORMAT, workload_from_flags
 
 def add_workload_flags(p: argparse.ArgumentParser) -> None:
@@ -56,7 +57,13 @@ def build_parser() -> Parser:
     run.add_argument("--json", action="store_true", help="SPEC §4 JSON lines")
     demo = sub.add_parser("demo", help="run the built-in three-request demo in one process")
     demo.add_argument("--json", action="store_true", help="SPEC §4 JSON lines")
-    sub.add_parser("mechs", help="list the mechanisms and where they live")
+    lad = sub.add_parser("ladder", help="run a workload at every rung of the mechanism ladder; "
+                         "one table of what each mechanism buys")
+    add_workload_flags(lad)
+    lad.add_argument("--json", action="store_true", help="one JSON object per rung")
+    me = sub.add_parser("mechs", help="the twelve mechanisms, where they live; `mechs NAME` prints "
+                        "one's note")
+    me.add_argument("name", nargs="?", metavar="NAME", help="a mechanism: number, slug or name")
     la = sub.add_parser("launch", help="run a workload with its ranks on real worker processes")
     add_workload_flags(la)
     add_rung_flag(la)
@@ -124,10 +131,23 @@ def run_in_process(workload, name: str, as_json: bool, rung: str = "full") -> in
 
 
 def cmd_mechs(args) -> int:
-    rows = [("mechanism", "key question", "module", "tests")] + MECHANISMS
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    if args.name is not None:
+        m = find_mechanism(args.name)
+        if m is None:
+            raise UsageError(f"inferris-dist mechs: no mechanism {args.name!r}; one of "
+                             f"{', '.join(x.slug for x in MECHANISMS)}")
+        try:
+            sys.stdout.write(m.note.read_text())
+        except OSError as e:
+            raise UsageError(f"inferris-dist mechs: cannot read the note {m.note}: "
+                             f"{e.strerror or e}") from None
+        return EXIT_OK
+    rows = [("#", "mechanism", "key question", "rung", "module", "tests")] + [
+        (m.number, m.name, m.question, m.rung, m.module, m.tests) for m in MECHANISMS]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         sys.stdout.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n")
+    sys.stdout.write("inferris-dist mechs NAME prints a mechanism's note (docs/mechanisms/)\n")
     return EXIT_OK
 
 
@@ -151,13 +171,21 @@ def cmd_keys(args) -> int:
     return EXIT_OK
 
 
+def cmd_ladder(args) -> int:
+    from .cmd_ladder import run_ladder
+    from .workloads import LADDER_DEMO
+    workload, name = workload_from_flags(args.spec, args.request, knobs_of(args),
+                                         default=LADDER_DEMO, default_name="ladder demo")
+    return run_ladder(workload, name, args.json)
+
+
 def cmd_compare(args) -> int:
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
     return cmd_launch.run_compare(workload, name, args.step_timeout, args.rung)
 
 
 COMMANDS = {"run": cmd_run, "demo": cmd_demo, "mechs": cmd_mechs, "launch": cmd_launch_,
-            "compare": cmd_compare, "keys": cmd_keys}
+            "compare": cmd_compare, "keys": cmd_keys, "ladder": cmd_ladder}
 
 
 def _attach_dashed_values(argv: list[str]) -> list[str]:

@@ -18,6 +18,28 @@ DEMO = {
     ],
 }
 
+# The ladder's demo: a shared 12-token system prompt (three chats and a late fourth), a
+# 30-token document that outgrows a 16-token budget, a pool of 12 pages that cannot hold it
+# all, and accept scripts. Each rung's mechanism changes the outcome: the budget starves the
+# document (NeverFits), pages run out without preemption, the cache fills the pool until
+# eviction reclaims it, reuse skips the shared prompt, speculation saves steps.
+_SYSTEM = list(range(100, 112))
+LADDER_DEMO = {
+    "engine": {"max_step_tokens": 16, "page_size": 4, "num_pages": 12, "spec_len": 3},
+    "requests": [
+        {"request_id": "chat-a", "tokens": _SYSTEM + [1, 2, 3], "max_new_tokens": 6,
+         "accept_script": [3, 2, 3]},
+        {"request_id": "chat-b", "tokens": _SYSTEM + [4, 5], "max_new_tokens": 6, "arrival_step": 1,
+         "accept_script": [2, 3, 1]},
+        {"request_id": "chat-c", "tokens": _SYSTEM + [6, 7, 8, 9], "max_new_tokens": 6,
+         "arrival_step": 2, "accept_script": [3, 3]},
+        {"request_id": "doc", "tokens": list(range(500, 530)), "max_new_tokens": 4, "arrival_step": 3,
+         "accept_script": [1]},
+        {"request_id": "chat-d", "tokens": _SYSTEM + [10], "max_new_tokens": 6, "arrival_step": 5,
+         "accept_script": [3, 1, 2]},
+    ],
+}
+
 REQUEST_FORMAT = "ID:PROMPT_LEN:MAX_NEW[:ARRIVAL[:EOS_AFTER]]"
 
 
@@ -37,7 +59,7 @@ def parse_request_flag(text: str) -> dict:
 
 
 def workload_from_flags(spec: str | None, requests: list[str] | None, knobs: dict,
-                        default: dict | None = DEMO) -> tuple[Workload, str]:
+                        default: dict | None = DEMO, default_name: str = "demo") -> tuple[Workload, str]:
     """The workload and a name for it; knobs (command-line engine values) override the spec's."""
     if spec is not None and requests:
         raise WorkloadError("--spec and --request are exclusive: give one or the other")
@@ -49,5 +71,5 @@ def workload_from_flags(spec: str | None, requests: list[str] | None, knobs: dic
         workload = load_workload({"requests": [parse_request_flag(r) for r in requests]})
         name = "requests"
     else:
-        workload, name = load_workload(default), "demo"
+        workload, name = load_workload(default), default_name
     return workload.with_config(**knobs), name

@@ -366,30 +366,37 @@ def mechs_rows() -> list[list[str]]:
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    rows = [re.split(r"\s{2,}", line.strip()) for line in lines]
-    assert rows[0] == ["mechanism", "key question", "module", "tests"], rows[0]
+    assert lines[-1].startswith("inferris-dist mechs NAME")
+    rows = [re.split(r"\s{2,}", line.strip()) for line in lines[:-1]]
+    assert rows[0] == ["#", "mechanism", "key question", "rung", "module", "tests"], rows[0]
     return rows[1:]
 
 
-def test_mechs_lists_ten_mechanisms_with_existing_modules():
+ORIGINAL_ORDER = ["engine loop", "continuous batching", "token budget", "paged state", "chunked prefill",
+                  "preemption", "prefix hash", "radix cache", "cache-aware scheduling",
+                  "speculative decoding", "executor boundary", "parallelism"]
+
+
+def test_mechs_lists_the_twelve_in_the_original_order_with_real_modules_and_tests():
+    from engine.rungs import NAMES
     rows = mechs_rows()
-    assert len(rows) == 10, rows
-    assert len({r[0] for r in rows}) == 10
+    assert [r[1] for r in rows] == ORIGINAL_ORDER
+    assert [r[0] for r in rows] == [f"{i:02d}" for i in range(1, 13)]
     for row in rows:
-        assert len(row) == 4, row
-        module = row[2]
-        assert module.endswith(".py") and (REPO / module).is_file(), f"no module {module}"
-        assert re.fullmatch(r"tests/test_\w+\.py", row[3]), row
+        assert len(row) == 6, row
+        assert row[3] in NAMES, row
+        assert row[4].endswith(".py") and (REPO / row[4]).is_file(), f"no module {row[4]}"
+        assert (REPO / row[5]).is_file(), f"no tests {row[5]}"
 
 
-def _mech_test_files() -> list[str]:
-    from inferris_dist.mechanisms import MECHANISMS
-    return sorted({m[3] for m in MECHANISMS})
+@pytest.mark.parametrize("name", ["paged-state", "4", "04", "paged state", "paged"])
+def test_mechs_name_prints_the_note(name):
+    proc = cli("mechs", name)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("# 04. Paged state")
 
 
-@pytest.mark.parametrize("path", _mech_test_files())
-def test_mechs_test_file_exists(path):
-    if not (REPO / path).exists():
-        pytest.skip(f"{path} not written yet (in progress elsewhere)")
-    assert (REPO / path).is_file()
-    assert path in {r[3] for r in mechs_rows()}
+@pytest.mark.parametrize("name", ["nope", "p"])          # unknown; ambiguous (paged, preemption, ...)
+def test_mechs_unknown_name_is_bad_input(name):
+    proc = cli("mechs", name)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "paged-state" in proc.stderr
