@@ -225,13 +225,18 @@ def write_boundary(out, style, world_size: int, attempts, recoveries) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Running (a zombie, dead but not yet reaped by whoever forked it, is not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def distributed_lines(workload, step_timeout: float, faults=(), rung: str = "full") -> list[dict]:

@@ -22,14 +22,15 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Sequence
 
-from engine import EngineError, ExecutionPlan, ExecutionResult, RankExecutionResult, Workload, join
+from engine import (EngineError, ExecutionPlan, ExecutionResult, RankExecutionResult, Workload,
+                    WorkloadError, join)
 from engine.errors import ShardDivergence
 from engine.group import accept_scripts
 from engine.shard import SlotStore, first_mismatch
 
 from . import wire
 from .channel import RankChannel
-from launcher import make_run_dir
+from launcher import Template, make_run_dir
 
 from .faults import Fault
 from .handshake import Admission
@@ -49,12 +50,13 @@ class ProcessGroup:
                  faults: Sequence[Fault] = (), wire_log: WireLog | None = None,
                  bind: str = LOCAL, listen: str | None = None, keys: ServerKeys | None = None,
                  join_timeout: float = 60.0, rejoin_timeout: float = 30.0,
-                 on_waiting: Callable[[str, list[int], float, bool], None] | None = None):
+                 on_waiting: Callable[[str, list[int], float, bool], None] | None = None,
+                 use_template: bool = True):
         cfg = workload.config
         self.world_size = world_size or cfg.world_size
         self.channel = RankChannel(self.world_size, step_timeout, wire_log)
         self.log = wire_log
-        wire.check_fits(workload)
+        check_fits(workload)
         self.num_pages, self.page_size = cfg.num_pages, cfg.page_size
         self.accept_scripts = accept_scripts(workload)
         self.start_timeout = start_timeout
@@ -70,6 +72,7 @@ class ProcessGroup:
         else:
             self.members = External(self.channel, keys, join_timeout, rejoin_timeout, on_waiting)
         self._join_timeout = join_timeout
+        self.use_template = use_template
 
     # what the channel knows, as the group's own
     address = property(lambda self: self.channel.address)
@@ -110,7 +113,15 @@ class ProcessGroup:
     def start(self) -> None:
         if self.listen is None:
             self.log_dir = make_run_dir()
-            self.members = Spawned(self.channel, self.secret, self.log_dir, self.start_timeout)
+            template = None
+            if self.use_template:
+                template = Template("inferris_dist.worker", self.log_dir, self.start_timeout)
+                try:
+                    template.start()
+                except OSError:
+                    template.close()
+                    template = None            # spawn each worker fresh instead
+            self.members = Spawned(self.channel, self.secret, self.log_dir, self.start_timeout, template)
             self.channel.open(self._local_endpoint(), None)
         else:
             self.channel.open(self.listen, self.keys)
@@ -239,6 +250,23 @@ class ProcessGroup:
                     self.log.event("audit-failed", rank=rank, step=step, epoch=self.epoch,
                                    page=page, offset=offset, message=err.message)
                 raise err
+
+
+def check_fits(workload: Workload) -> None:
+    """Refuse, as bad input, a workload whose messages the decoder's limits would refuse."""
+    cfg = workload.config
+    if (cfg.page_size + 7) // 8 > wire.MAX_STR_LEN:
+        raise WorkloadError(f"engine: 'page_size' {cfg.page_size} is too large for the wire "
+                            f"(at most {wire.MAX_STR_LEN * 8} slots a page)")
+    for r in workload.requests:
+        if len(r.request_id.encode()) > wire.MAX_STR_LEN:
+            raise WorkloadError(f"request {r.request_id[:20]!r}...: 'request_id' is longer than "
+                                f"the wire's {wire.MAX_STR_LEN} bytes")
+        script = r.accept_script or ()
+        if len(script) > wire.MAX_ARRAY_LEN or any(not -2**63 <= a < 2**63 for a in script):
+            raise WorkloadError(f"request {r.request_id!r}: 'accept_script' does not fit the wire "
+                                f"(at most {wire.MAX_ARRAY_LEN} 64-bit integers)")
+
 
 class _interrupts_held:
     """Hold SIGINT and SIGTERM (main thread only) until the block is done."""

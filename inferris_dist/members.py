@@ -14,14 +14,13 @@ through the same admission and the same channel.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from launcher import WorkerProcess, spawn_workers, stop_workers
+from launcher import Template, WorkerProcess, fork_workers, spawn_workers, stop_workers
 
 from . import wire
 from .channel import Meta, RankChannel
@@ -34,11 +33,13 @@ class Spawned:
     proof = "run secret"
     replaceable = False
 
-    def __init__(self, channel: RankChannel, secret: bytes, log_dir: Path, start_timeout: float):
+    def __init__(self, channel: RankChannel, secret: bytes, log_dir: Path, start_timeout: float,
+                 template: Template | None = None):
         self.channel = channel
         self.secret = secret
         self.log_dir = log_dir
         self.start_timeout = start_timeout
+        self.template = template          # forks workers that have imported already; else spawn
         self.workers: dict[int, WorkerProcess] = {}
         self.pids: dict[int, list[int]] = {r: [] for r in range(channel.world_size)}  # oldest first
         channel.explain = self.explain
@@ -51,9 +52,23 @@ class Spawned:
             argv.append("--death-signal")  # tied to the spawning thread: only the main one lasts
         return argv
 
+    def forked_argv(self, rank: int) -> list[str]:
+        """A forked worker's arguments: its parent is the template, which dies with us."""
+        return ["--rank", str(rank), "--world-size", str(self.channel.world_size),
+                "--connect", self.channel.address, "--parent-pid", str(self.template.pid),
+                "--death-signal"]
+
     def start(self, ranks: Sequence[int]) -> tuple[float, str]:
         """Start workers for `ranks`; the wait for their handshake, and what it means to miss it."""
-        for w in spawn_workers(self.argv, self.channel.world_size, self.secret, ranks, self.log_dir):
+        started = None
+        if self.template is not None:
+            try:
+                started = fork_workers(self.template, self.forked_argv, self.secret, ranks, self.log_dir)
+            except OSError:
+                self.template = None          # it is gone: start them the slow way from now on
+        if started is None:
+            started = spawn_workers(self.argv, self.channel.world_size, self.secret, ranks, self.log_dir)
+        for w in started:
             self.workers[w.rank] = w
             self.pids[w.rank].append(w.pid)
             self.channel.watch_process(w.rank, w.sentinel)
@@ -73,9 +88,7 @@ class Spawned:
         w = self.workers.get(rank)
         if w is None:
             return ""
-        try:
-            w.proc.wait(timeout=1.0)   # its connection may close a moment before it is reaped
-        except subprocess.TimeoutExpired:
+        if not w.wait(1.0):            # its connection may close a moment before it is reaped
             return " (its connection closed; the process still runs)"
         words = w.last_words()
         return f" ({w.exit_description()}" + (f"; its last words: {words})" if words else ")")
@@ -95,6 +108,9 @@ class Spawned:
                                                                             if w.alive()]),
                          grace=1.0, term_wait=1.0)
         self.workers = {}
+        if self.template is not None:
+            self.template.close()
+            self.template = None
 
     @property
     def pids_started(self) -> list[int]:

@@ -17,7 +17,6 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from engine import Workload, WorkloadError
 from engine.messages import ExecutionPlan, ItemOutcome, PlanItem
 
 PROTOCOL_VERSION = 2   # 2: REFUSED tells any peer to exit; HELLO's proof is empty for a CURVE-proven member
@@ -65,22 +64,6 @@ class Config(NamedTuple):
     accept_scripts: dict[str, tuple[int, ...]]
     shard: list            # SlotStore snapshot to start from ([] for an empty shard)
     faults: list[str]      # this rank's injected faults, as given on the command line
-
-
-def check_fits(workload: Workload) -> None:
-    """Refuse, as bad input, a workload whose messages the decoder's limits would refuse."""
-    cfg = workload.config
-    if (cfg.page_size + 7) // 8 > MAX_STR_LEN:
-        raise WorkloadError(f"engine: 'page_size' {cfg.page_size} is too large for the wire "
-                            f"(at most {MAX_STR_LEN * 8} slots a page)")
-    for r in workload.requests:
-        if len(r.request_id.encode()) > MAX_STR_LEN:
-            raise WorkloadError(f"request {r.request_id[:20]!r}...: 'request_id' is longer than "
-                                f"the wire's {MAX_STR_LEN} bytes")
-        script = r.accept_script or ()
-        if len(script) > MAX_ARRAY_LEN or any(not -2**63 <= a < 2**63 for a in script):
-            raise WorkloadError(f"request {r.request_id!r}: 'accept_script' does not fit the wire "
-                                f"(at most {MAX_ARRAY_LEN} 64-bit integers)")
 
 
 def encode_header(kind: MsgType, epoch: int, step: int, rank: int, world_size: int) -> bytes:

@@ -10,9 +10,14 @@ its workers with it.
 """
 from __future__ import annotations
 
+import json
 import os
+import select
 import signal
+import socket
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -41,16 +46,16 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` for the exit; True if it has exited."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def exit_description(self) -> str:
-        code = self.proc.poll()
-        if code is None:
-            return "still running"
-        if code < 0:
-            try:
-                return f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"killed by signal {-code}"
-        return f"exited with status {code}"
+        return describe_status(self.proc.poll())
 
     def last_words(self, limit: int = 300) -> str:
         """The last line the worker wrote to stderr, if any."""
@@ -61,7 +66,7 @@ class WorkerProcess:
         return lines[-1][:limit] if lines else ""
 
     def signal(self, sig: int) -> None:
-        if self.proc.poll() is None:
+        if self.alive():
             try:
                 os.kill(self.pid, sig)
             except ProcessLookupError:
@@ -106,9 +111,7 @@ def wait_all(workers: Sequence[WorkerProcess], timeout: float) -> list[WorkerPro
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        try:
-            alive[0].proc.wait(timeout=left)
-        except subprocess.TimeoutExpired:
+        if not alive[0].wait(left):
             break
         alive = [w for w in alive if w.alive()]
     return alive
@@ -131,3 +134,178 @@ def stop_workers(workers: Sequence[WorkerProcess], polite: Callable[[], None] | 
     wait_all(alive, kill_wait)
     for w in workers:
         w.close()
+
+
+def describe_status(code: int | None) -> str:
+    """An exit code as Popen reports it (negative: the signal that killed it)."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+class ForkedProcess(WorkerProcess):
+    """A worker forked by a Template: not our child, so watched by pidfd and told its exit
+    status by the template that reaps it."""
+
+    def __init__(self, rank: int, pid: int, log_path: Path, template: "Template"):
+        self.rank = rank
+        self.pid = pid
+        self.proc = None
+        self.log_path = log_path
+        self.template = template
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except OSError:
+            self._pidfd = None
+
+    def alive(self) -> bool:
+        if self._pidfd is not None:
+            return not select.select([self._pidfd], [], [], 0)[0]
+        if self.template.status_of(self.pid) is not None:
+            return False
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:      # a zombie the template has not reaped
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return False
+
+    def wait(self, timeout: float) -> bool:
+        if self._pidfd is not None:
+            return bool(select.select([self._pidfd], [], [], max(0.0, timeout))[0])
+        deadline = time.monotonic() + timeout
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return not self.alive()
+
+    def exit_code(self) -> int | None:
+        if self.alive():
+            return None
+        status = self.template.status_of(self.pid, wait=1.0)
+        return None if status is None else os.waitstatus_to_exitcode(status)
+
+    def exit_description(self) -> str:
+        if self.alive():
+            return "still running"
+        code = self.exit_code()
+        return "exited" if code is None else describe_status(code)
+
+
+class Template:
+    """The scheduler's side of a template process (launcher.template): fork workers fast."""
+
+    def __init__(self, module: str, log_dir: Path, start_timeout: float = 20.0):
+        self.module = module
+        self.log_dir = log_dir
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen | None = None
+        self.sock: socket.socket | None = None
+        self._buf = b""
+        self._statuses: dict[int, int] = {}
+
+    def start(self) -> None:
+        ours, theirs = socket.socketpair()
+        log = open(self.log_dir / "template.log", "wb")
+        try:
+            main_thread = threading.current_thread() is threading.main_thread()
+            self.proc = subprocess.Popen([sys.executable, "-m", "launcher.template", self.module,
+                                          str(theirs.fileno())] + ["--death-signal"] * main_thread,
+                                         pass_fds=[theirs.fileno()],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=log, start_new_session=True)
+        finally:
+            theirs.close()
+            log.close()
+        self.sock = ours
+        if "ready" not in self._read(self.start_timeout):
+            raise OSError(f"the worker template did not start: {self._last_words()}")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def fork(self, rank: int, argv: Sequence[str], secret: bytes, log_path: Path) -> ForkedProcess:
+        ask = {"fork": list(argv), "rank": rank, "secret": secret.hex(), "log": str(log_path)}
+        try:
+            self.sock.sendall((json.dumps(ask) + "\n").encode())
+        except OSError:
+            raise OSError(f"the worker template is gone: {self._last_words()}") from None
+        while True:
+            got = self._read(self.start_timeout)
+            if got.get("rank") == rank and "pid" in got:
+                return ForkedProcess(rank, got["pid"], log_path, self)
+
+    def status_of(self, pid: int, wait: float = 0.0) -> int | None:
+        """The wait status the template reported for `pid` (reading its notes up to `wait` s)."""
+        deadline = time.monotonic() + wait
+        while pid not in self._statuses:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                try:
+                    self._read(0.0)
+                except OSError:
+                    pass
+                break
+            try:
+                self._read(left)
+            except OSError:
+                break
+        return self._statuses.get(pid)
+
+    def _read(self, timeout: float) -> dict:
+        """The next message that is not an exit note (exit notes are recorded on the way)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\n" in self._buf:
+                line, self._buf = self._buf.split(b"\n", 1)
+                msg = json.loads(line)
+                if "exit" in msg:
+                    self._statuses[msg["exit"]] = msg["status"]
+                    continue
+                return msg
+            left = deadline - time.monotonic()
+            if not select.select([self.sock], [], [], max(0.0, left))[0]:
+                if left <= 0:
+                    return {}
+                continue
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise OSError(f"the worker template exited: {self._last_words()}")
+            self._buf += chunk
+
+    def _last_words(self) -> str:
+        try:
+            lines = (self.log_dir / "template.log").read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "no log"
+        return lines[-1][:300] if lines else "no last words"
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()          # the template sees EOF, kills what it forked, exits
+            self.sock = None
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5.0)
+            self.proc = None
+
+
+def fork_workers(template: Template, argv_for_rank: Callable[[int], Sequence[str]], secret: bytes,
+                 ranks: Sequence[int], log_dir: Path) -> list[WorkerProcess]:
+    """Fork one worker per rank from `template` (argv without the interpreter: the module's)."""
+    workers: list[WorkerProcess] = []
+    try:
+        for rank in ranks:
+            log_path = log_dir / f"rank{rank}.{int(time.monotonic() * 1000)}.log"
+            workers.append(template.fork(rank, argv_for_rank(rank), secret, log_path))
+    except BaseException:
+        stop_workers(workers, grace=0.0)
+        raise
+    return workers

@@ -31,7 +31,7 @@ import zmq
 from external import CLI, ENV, Scheduler, exit_line, long_spec, run_json, start_worker
 from inferris_dist.gate import NOTED_PER_PEER
 from launcher import sweep_stale
-from procs import wait_until
+from procs import all_gone
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -51,30 +51,18 @@ def rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
-def workers_of(address: str) -> list[int]:
-    """Worker processes whose command line names `address` (found through /proc)."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"inferris_dist.worker" in cmd and address.encode() in cmd:
-                pids.append(int(d.name))
-    return pids
-
-
 # -- 1. buffering before authentication ----------------------------------------------------------
 
 def local_launch(args, **kw) -> tuple[subprocess.Popen, str]:
-    """A default (spawning) launch, human output; (process, its socket address)."""
+    """A default (spawning) launch, human output; (process, its socket address). The
+    process's `pids` attribute: its workers' pids."""
     proc = subprocess.Popen([*CLI, "launch", *map(str, args)], env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, **kw)
     from external import Lines
     out = Lines(proc.stdout)
     line = out.until(r"rank workers up in", 30)
     proc.lines = out
+    proc.pids = [int(p) for p in line.split(", pids ")[1].split()]
     return proc, re.search(r" at (\S+), pids", line).group(1)
 
 
@@ -347,7 +335,7 @@ def test_a_killed_schedulers_run_directory_is_swept_by_the_next_run(tmp_path, pr
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     assert run_dir.exists()                               # nobody could remove it
-    assert wait_until(lambda: not workers_of(address), 5)  # its workers died with it
+    assert not all_gone(proc.pids, 5)                     # its workers died with it
     done = cli("launch", "--world-size", 1)
     assert done.returncode == 0
     assert not run_dir.exists()

@@ -1,0 +1,153 @@
+"""A template process: imports a worker module once, then forks fresh workers from itself.
+
+Starting a Python worker costs an interpreter and its imports (~60 ms of CPU
+each, on every start and restart); forking a process that has already done
+both costs a few milliseconds. The template is never the scheduler (which
+holds state, sockets and threads): it is a small process of its own that
+imported exactly the worker module and nothing else, with no thread and no
+ZeroMQ context when it forks.
+
+    python -m launcher.template MODULE FD [--death-signal]   # FD: its end of a socketpair
+
+One JSON line per message on the socketpair. The scheduler asks
+`{"fork": ARGV, "rank": R, "secret": HEX, "log": PATH}`; the template answers
+`{"pid": PID, "rank": R}` and, whenever a child exits, `{"exit": PID,
+"status": WAITSTATUS}` (it reaps its children; the scheduler watches each
+through a pidfd). A forked child starts its own session, reads the secret on
+stdin, writes stderr to its log, and runs `MODULE.main(ARGV)`. The template
+dies with the scheduler (parent-death signal and a pidfd on it), and its
+children with it.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+
+
+def _die_with_parent(death_signal: bool) -> int:
+    """A pidfd on the parent (watched in the loop); with `death_signal`, also let the kernel
+    kill us with it. That signal follows the parent's *thread* that started us, so the
+    scheduler asks for it only when starting us from its main thread."""
+    if death_signal:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)   # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    parent = os.getppid()
+    try:
+        return os.pidfd_open(parent)
+    except (OSError, AttributeError):
+        return -1
+
+
+def _child(module, argv: list[str], secret: str, log: str, keep: list[int]) -> None:
+    """In the forked child: a fresh session, the secret on stdin, stderr to the log; run."""
+    code = 1
+    try:
+        os.setsid()
+        for fd in keep:
+            os.close(fd)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        r, w = os.pipe()
+        os.write(w, secret.encode() + b"\n")
+        os.close(w)
+        os.dup2(r, 0)
+        os.close(r)
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+        err = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(err, 2)
+        os.close(err)
+        sys.stdin = open(0, "r", closefd=False)
+        sys.stderr = open(2, "w", closefd=False, buffering=1)
+        sys.argv = [module.__name__, *argv]
+        try:
+            code = module.main(argv) or 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException as e:       # anything else: last words, then out
+        try:
+            os.write(2, f"template child: {type(e).__name__}: {e}\n".encode())
+        except OSError:
+            pass
+    finally:
+        try:
+            sys.stderr.flush()
+        except Exception:
+            pass
+        os._exit(code)
+
+
+def serve(module_name: str, fd: int, death_signal: bool) -> None:
+    module = importlib.import_module(module_name)           # the one import every child shares
+    sock = socket.socket(fileno=fd)
+    parent_fd = _die_with_parent(death_signal)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    inp = sock.makefile("r")
+
+    def say(message: dict) -> None:
+        sock.sendall((json.dumps(message) + "\n").encode())
+
+    say({"ready": os.getpid()})
+    children: set[int] = set()
+    watch = [sock, wake_r] + ([parent_fd] if parent_fd >= 0 else [])
+    try:
+        while True:
+            ready, _, _ = select.select(watch, [], [])
+            if parent_fd in ready:
+                return
+            if wake_r in ready:
+                try:
+                    os.read(wake_r, 512)
+                except BlockingIOError:
+                    pass
+                _reap(children, say)
+            if sock in ready:
+                line = inp.readline()
+                if not line:
+                    return                                   # the scheduler closed its end
+                ask = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    _child(module, ask["fork"], ask["secret"], ask["log"],
+                           [fd, wake_r, wake_w] + ([parent_fd] if parent_fd >= 0 else []))
+                children.add(pid)
+                say({"pid": pid, "rank": ask["rank"]})
+    finally:
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        while True:                  # reap every child before going: no zombie outlives us
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+
+
+def _reap(children: set[int], say) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        say({"exit": pid, "status": status})
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], int(sys.argv[2]), "--death-signal" in sys.argv[3:])

@@ -1,0 +1,89 @@
+"""The worker template (launcher/template.py): a process that imported the worker once and
+forks ranks from itself. Forked workers are real processes like spawned ones: their exit is
+seen through a pidfd and described (the template reaps them and reports the status), and
+nothing outlives the scheduler: the template dies with it, its children with the template."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import inferris_dist
+from engine import load_workload, run_workload, trace_lines
+from launcher import Template, fork_workers, stop_workers
+from procs import all_gone, gone
+
+pytestmark = pytest.mark.timeout(60)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_forked_children_are_watched_and_described(tmp_path):
+    template = Template("tests_template_child", tmp_path)
+    env_path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = f"{REPO / 'tests'}{os.pathsep}{env_path}"
+    try:
+        template.start()
+    finally:
+        os.environ["PYTHONPATH"] = env_path
+    try:
+        workers = fork_workers(template, lambda r: [str(r)], b"s3cret", [0, 1, 2], tmp_path)
+        assert len({w.pid for w in workers}) == 3 and all(w.pid != template.pid for w in workers)
+        os.kill(workers[1].pid, signal.SIGKILL)
+        assert workers[1].wait(5) and not workers[1].alive()
+        assert workers[1].exit_description() == "killed by SIGKILL"
+        assert workers[0].alive() and workers[2].alive()
+        # each read its secret on stdin and wrote its stderr to its own log
+        assert all(w.last_words() == f"rank {w.rank} has s3cret" for w in (workers[0], workers[2]))
+        stop_workers(workers, grace=0.0, term_wait=2.0)
+        assert workers[0].exit_description() == "killed by SIGTERM"
+    finally:
+        template.close()
+    assert gone(template.proc.pid if template.proc else workers[0].pid)
+
+
+def test_the_template_and_its_children_die_with_the_scheduler(tmp_path):
+    """A scheduler killed with SIGKILL: the template goes (parent-death signal), and so do the
+    workers it forked (theirs is the template)."""
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(REPO)!r})
+        from pathlib import Path
+        from launcher import Template, fork_workers
+        t = Template("inferris_dist.worker", Path({str(tmp_path)!r}))
+        t.start()
+        # workers that wait for a scheduler that never answers (their parent is the template)
+        ws = fork_workers(t, lambda r: ["--rank", str(r), "--world-size", "2", "--connect",
+                                        "tcp://127.0.0.1:9", "--parent-pid", str(t.pid), "--death-signal"],
+                          b"ab", [0, 1], Path({str(tmp_path)!r}))
+        print(t.pid, *[w.pid for w in ws], flush=True)
+        time.sleep(60)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 3 and not any(gone(p) for p in pids)
+    finally:
+        parent.kill()
+        parent.wait(10)
+    assert not all_gone(pids, 5), "the template or a worker outlived the scheduler"
+
+
+def test_a_launch_forks_its_ranks_and_restarts_from_the_template():
+    workload = load_workload(REPO / "tests" / "data" / "golden" / "demo.spec.json")
+    with inferris_dist.launch(workload, world_size=4, faults=["2:crash@3"],
+                              on_rank_loss="restore") as engine:
+        members = engine.group.members
+        assert members.template is not None
+        first = dict((r, w.pid) for r, w in members.workers.items())
+        got = trace_lines(engine)
+        assert members.workers[2].pid != first[2]                  # restarted, by a fork
+        assert type(members.workers[2]).__name__ == "ForkedProcess"
+        pids = engine.group.pids_started
+    assert got == run_workload(workload)
+    assert not all_gone(pids, 5)
