@@ -89,6 +89,7 @@ class RankChannel:
         self.gate: Gate | None = None
         self.address = ""
         self.curve = False
+        self.timing = False             # ask the ranks for their own times (launch --timeline)
         self.members: dict[int, Member] = {}
         self.rank_of: dict[bytes, int] = {}
         self.retired: OrderedDict[bytes, tuple[int, int, str]] = OrderedDict()  # ident -> rank, epoch, why
@@ -202,7 +203,10 @@ class RankChannel:
         rank = self.rank_of.get(frames[0])
         if rank is None:
             return self.stranger(frames, meta)
+        timing = None
         try:
+            if len(frames) == 4 and expect is MsgType.RESULT and self.timing:
+                timing = wire.decode_timing(frames.pop())     # beside the result, never part of it
             if len(frames) != 3:
                 raise wire.WireError(f"a message of {len(frames) - 1} frame(s), not 2")
             header = wire.decode_header(frames[1])
@@ -218,6 +222,8 @@ class RankChannel:
         totals = self.totals[rank]
         totals.bytes_received += len(frames[2]) + len(frames[1])
         if record is not None:
+            if timing is not None:
+                record.inside[rank] = timing
             rtt = time.monotonic() - sent_at[rank]
             record.rtt[rank] = rtt
             record.result_bytes[rank] = len(frames[2])
@@ -335,11 +341,12 @@ class RankChannel:
 
     # -- sending -----------------------------------------------------------------------
 
-    def send(self, rank: int, kind: MsgType, step: int, body: bytes, decoded, *, quiet=False) -> None:
+    def send(self, rank: int, kind: MsgType, step: int, body: bytes, decoded, *, quiet=False,
+             extra: tuple[bytes, ...] = ()) -> None:
         header = wire.encode_header(kind, self.epoch, step, rank, self.world_size)
         member = self.members.get(rank)
         try:
-            self.sock.send_multipart([member.identity, header, body], zmq.NOBLOCK if quiet else 0)
+            self.sock.send_multipart([member.identity, header, body, *extra], zmq.NOBLOCK if quiet else 0)
         except (zmq.ZMQError, AttributeError):
             if quiet:
                 return

@@ -124,6 +124,9 @@ def launch(workload: Workload | dict | str | Path, world_size: int | None = None
             engine = DistributedEngine(workload, group, options.audit_every, options.on_rank_loss,
                                        options.max_restarts, rung=options.rung)
             engine.timeline = options.timeline
+            group.channel.timing = options.timeline is not None
+            if options.timeline is not None:
+                options.timeline.shared_clock = not group.external
             yield engine
     finally:
         if own_stream is not None:

@@ -194,9 +194,10 @@ class ProcessGroup:
         record = channel.last_record = StepRecord(plan.step, self.epoch, len(body))
         self.attempts.append(record)
         sent_at = record.sent
+        extra = (wire.TIMING_PLEASE,) if channel.timing else ()
         for rank in range(self.world_size):
             sent_at[rank] = time.monotonic()
-            channel.send(rank, MsgType.PLAN, plan.step, body, plan)
+            channel.send(rank, MsgType.PLAN, plan.step, body, plan, extra=extra)
         got = channel.gather(MsgType.RESULT, plan.step, sent_at, record)
         bodies = [got[r][1] for r in range(self.world_size)]
         if all(b == bodies[0] for b in bodies):

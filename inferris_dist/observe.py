@@ -20,6 +20,7 @@ class StepRecord:
     result_bytes: dict[int, int] = field(default_factory=dict)   # rank -> bytes
     verdict: str = ""                                            # "joined", or what went wrong
     notes: list[str] = field(default_factory=list)               # dropped messages, refusals
+    inside: dict[int, tuple] = field(default_factory=dict)       # rank -> its own 4 times (timeline)
 
 
 @dataclass

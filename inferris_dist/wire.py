@@ -66,6 +66,26 @@ class Config(NamedTuple):
     faults: list[str]      # this rank's injected faults, as given on the command line
 
 
+# Timing (launch --timeline): a PLAN may carry a third frame TIMING_PLEASE; the rank then
+# appends to its RESULT a third frame of four times in its own monotonic clock: the plan
+# received, decoded, executed, the result encoded. It travels beside the result, never in the
+# bytes the ranks must agree on, and is never joined.
+TIMING_PLEASE = b"t"
+MAX_TIMING_BYTES = 64
+
+
+def encode_timing(times: tuple[float, float, float, float]) -> bytes:
+    return msgpack.packb(times)
+
+
+def decode_timing(frame: bytes) -> tuple[float, float, float, float]:
+    raw = _unpack(frame, MAX_TIMING_BYTES)
+    if (type(raw) is not tuple or len(raw) != 4 or not all(type(t) is float for t in raw)
+            or list(raw) != sorted(raw)):
+        raise WireError("malformed timing")
+    return raw
+
+
 def encode_header(kind: MsgType, epoch: int, step: int, rank: int, world_size: int) -> bytes:
     return msgpack.packb((PROTOCOL_VERSION, int(kind), epoch, step, rank, world_size))
 

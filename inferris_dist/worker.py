@@ -108,6 +108,8 @@ class Worker:
             except OSError:
                 self.parent_fd = None
         self.configured = False
+        self.timing = False               # the scheduler asked for our own times (a timeline)
+        self.times = (0.0, 0.0)           # the last message: received, decoded
         self.executor: RankExecutor | None = None
         self.faults = []
         self.previous_result: list[bytes] | None = None
@@ -124,13 +126,16 @@ class Worker:
             self.check_scheduler(events)
             if self.sock in events:
                 frames = self.sock.recv_multipart()
-                if len(frames) != 2:
+                received = time.monotonic()
+                self.timing = len(frames) == 3 and frames[2] == wire.TIMING_PLEASE
+                if len(frames) != 2 and not self.timing:
                     fail(f"rank {self.rank}: a message of {len(frames)} frames from the scheduler")
                 try:
                     header = wire.decode_header(frames[0])
                     body = wire.decode_body(header.type, frames[1])
                 except wire.WireError as e:
                     fail(f"rank {self.rank}: bad message from the scheduler: {e}")
+                self.times = (received, time.monotonic())
                 if header.type is MsgType.REFUSED:
                     leave(f"rank {self.rank}: refused by the scheduler: {body}")
                 return header, body
@@ -237,6 +242,7 @@ class Worker:
         if "delay" in firing:
             self.sleep(firing["delay"].arg)
         result = self.executor.execute(plan)
+        executed = time.monotonic()
         outcomes = result.outcomes
         if "drop-write" in firing:
             _drop_last_write(self.executor.shard, outcomes)
@@ -248,6 +254,8 @@ class Worker:
             outcomes = (first._replace(writes=moved),) + outcomes[1:]
         frames = [wire.encode_header(MsgType.RESULT, self.epoch, plan.step, self.rank, self.world_size),
                   wire.encode_body(MsgType.RESULT, outcomes)]
+        if self.timing:
+            frames.append(wire.encode_timing((*self.times, executed, time.monotonic())))
         if "garble" in firing:
             frames = [b"\xc1\xc1 not a message \xc1"]
         self.sock.send_multipart(frames)

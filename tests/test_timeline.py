@@ -43,3 +43,28 @@ def test_an_unwritable_timeline_is_bad_input(tmp_path):
     proc = launch("--timeline", str(tmp_path / "no" / "such" / "dir.json"))
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "--timeline" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.timeout(60)
+def test_timeline_shows_each_rank_from_inside_with_flows(tmp_path):
+    """Each rank's own decode, execute and encode, inside its round trip, and an arrow from
+    each plan's send to the rank and from its result back."""
+    path = tmp_path / "timeline.json"
+    proc = launch("--world-size", "2", "--timeline", str(path))
+    assert proc.returncode == 0, proc.stderr
+    trace = json.loads(path.read_text())
+    events = trace["traceEvents"]
+    assert trace["otherData"]["clock_offsets_us"] == {"rank 0": 0.0, "rank 1": 0.0}   # one host
+    trips = {(e["tid"], int(e["name"].split()[1])): e for e in events if e.get("cat") == "rank"}
+    inside = [e for e in events if e.get("cat") == "inside"]
+    assert len(inside) == 3 * len(trips) == 3 * 2 * 6
+    for e in inside:
+        trip = trips[(e["tid"], e["args"]["step"])]
+        assert trip["ts"] <= e["ts"] and e["ts"] + e["dur"] <= trip["ts"] + trip["dur"] + 1, (e, trip)
+    flows = [e for e in events if e.get("cat") == "flow"]
+    starts = {e["id"]: e for e in flows if e["ph"] == "s"}
+    finishes = {e["id"]: e for e in flows if e["ph"] == "f"}
+    assert starts.keys() == finishes.keys() and len(starts) == 2 * len(trips)
+    for key, s in starts.items():
+        assert s["ts"] <= finishes[key]["ts"]
+    assert "Traceback" not in proc.stderr
