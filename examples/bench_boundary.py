@@ -92,7 +92,9 @@ def floor(sizes: list[tuple[bytes, int]], world_size: int) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description="the executor boundary's cost")
     ap.add_argument("--requests", type=int, default=1000)
-    ap.add_argument("--world-size", type=int, default=4)
+    ap.add_argument("--world-size", type=int, default=4, help="the detailed figures' world size")
+    ap.add_argument("--world-sizes", default="1,2,4,8,16",
+                    help="the table's world sizes, comma-separated ('' for none)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each; the best is reported")
     a = ap.parse_args()
     n = a.world_size
@@ -125,6 +127,21 @@ def main() -> int:
         extra = dist - base
         print(f"boundary overhead vs {label} in process: {extra / steps * 1e6:5.0f} us/step, "
               f"{extra / bare:.2f}x the floor's {bare / steps * 1e6:.0f} us/step")
+    sizes = [int(x) for x in a.world_sizes.split(",") if x.strip()]
+    if sizes:
+        print(f"\nper step by world size (best of {a.repeat}; overhead = processes - in process, "
+              f"against the floor)")
+        print(f"  {'ranks':>5}  {'in process':>10}  {'processes':>10}  {'floor':>8}  "
+              f"{'overhead/floor':>14}  {'start-up':>8}")
+        for size in sizes:
+            w = load_workload(serving_workload(a.requests, world_size=size))
+            local, steps_n = min(in_process(w, size) for _ in range(a.repeat))
+            runs = [distributed(w, size) for _ in range(a.repeat)]
+            on_procs, up = min(r[0] for r in runs), min(r[1] for r in runs)
+            bare_n = min(floor(recorder.sizes, size) for _ in range(a.repeat))
+            per = lambda t: f"{t / steps_n * 1e6:.0f} us"
+            print(f"  {size:>5}  {per(local):>10}  {per(on_procs):>10}  {per(bare_n):>8}  "
+                  f"{(on_procs - local) / bare_n:>13.2f}x  {up:>7.2f}s")
     return 0
 
 
