@@ -11,16 +11,13 @@ import os
 import signal
 import sys
 
-import zmq
-
 from engine import Engine, EngineError, WorkloadError, trace_json_lines
 from engine.rungs import NAMES as RUNG_NAMES
 
-from . import cmd_launch, render
+from . import render
 from .cliargs import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, Parser,
                       UsageError, int_arg, seconds_arg)
-from .faults import parse_faults
-from .keys import KeyFileError, write_keys
+from .faults import POLICIES, parse_faults
 from .mechanisms import MECHANISMS
 from .mechanisms import find as find_mechanism
 from .workloads import REQUEST_FORMAT, workload_from_flags
@@ -46,6 +43,36 @@ def knobs_of(args) -> dict:
             ("max_step_tokens", "page_size", "num_pages", "spec_len", "world_size")}
 
 
+def add_launch_flags(p) -> None:
+    """launch's own flags (the module that runs it is imported only when it runs)."""
+    p.add_argument("--step-timeout", type=seconds_arg, default=10.0, metavar="SECONDS",
+                   help="a rank that has not answered by then is lost (default 10)")
+    p.add_argument("--fault", action="append", default=[], metavar="RANK:KIND@STEP[+][:ARG]",
+                   help="inject a fault (repeatable), e.g. 1:crash@3, all:delay@2+:0.5")
+    p.add_argument("--timeline", metavar="FILE",
+                   help="write a Chrome trace (chrome://tracing, ui.perfetto.dev): scheduler "
+                        "phases and each rank's round trips")
+    p.add_argument("--audit-every", type=int, default=0, metavar="K",
+                   help="audit every rank's shard every K steps (always at the end)")
+    p.add_argument("--on-rank-loss", choices=POLICIES, default="abort",
+                   help="when a step fails on the ranks: stop (abort), restart the rank from the "
+                        "pool's pages (restore), or restart it empty and recompute (default abort)")
+    p.add_argument("--max-restarts", type=int, default=3, metavar="N",
+                   help="restarts allowed in one run before giving up (default 3)")
+    h = p.add_argument_group("ranks on other hosts (the scheduler spawns nothing)")
+    h.add_argument("--listen", metavar="tcp://ADDR:PORT",
+                   help="bind here and wait for `inferris-dist worker` ranks started by others "
+                        "(port 0: any free port)")
+    h.add_argument("--keys", metavar="DIR",
+                   help="CURVE keys from `inferris-dist keys`: every message encrypted, every rank "
+                        "proven by its own key (required unless --listen is on loopback)")
+    h.add_argument("--join-timeout", type=seconds_arg, default=60.0, metavar="SECONDS",
+                   help="how long to wait for all ranks to join (default 60)")
+    h.add_argument("--rejoin-timeout", type=seconds_arg, default=30.0, metavar="SECONDS",
+                   help="with restore or recompute: how long to wait for a lost rank's "
+                        "replacement to join (default 30)")
+
+
 def build_parser() -> Parser:
     p = Parser(prog="inferris-dist", description="See, test and break the executor boundary "
                "of an LLM serving engine.")
@@ -69,7 +96,7 @@ def build_parser() -> Parser:
     add_rung_flag(la)
     la.add_argument("--json", action="store_true", help="SPEC §4 JSON lines (same bytes as run --json)")
     la.add_argument("--wire-log", metavar="FILE", help="write every message that crossed as JSON lines")
-    cmd_launch.add_launch_flags(la)
+    add_launch_flags(la)
     co = sub.add_parser("compare", help="run in process and on worker processes; diff the traces")
     add_workload_flags(co)
     add_rung_flag(co)
@@ -157,12 +184,14 @@ def cmd_launch_(args) -> int:
         raise UsageError("inferris-dist launch: --audit-every must be >= 0")
     if args.max_restarts < 0:
         raise UsageError("inferris-dist launch: --max-restarts must be >= 0")
+    from . import cmd_launch            # the executor on processes: only when it is used
     return cmd_launch.run_launch(workload, name, args)
 
 
 def cmd_keys(args) -> int:
     if not 1 <= args.world_size <= 4096:
         raise UsageError(f"inferris-dist keys: --world-size {args.world_size} is outside 1..4096")
+    from .keys import write_keys
     files = write_keys(args.dir, args.world_size, args.force)
     sys.stdout.write(f"wrote {len(files)} key files into {args.dir}: scheduler.key, "
                      f"rank-0.key .. rank-{args.world_size - 1}.key and their *.key_secret (mode 0600)\n"
@@ -181,6 +210,7 @@ def cmd_ladder(args) -> int:
 
 def cmd_compare(args) -> int:
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
+    from . import cmd_launch
     return cmd_launch.run_compare(workload, name, args.step_timeout, args.rung)
 
 
@@ -220,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         status = COMMANDS[args.command](args)
-    except (UsageError, WorkloadError, KeyFileError) as e:
+    except (UsageError, WorkloadError) as e:
         sys.stdout.flush()
         text = render.shown(str(e))
         sys.stderr.write(f"{text}\n" if isinstance(e, UsageError) else f"inferris-dist: {text}\n")
@@ -235,16 +265,20 @@ def main(argv: list[str] | None = None) -> int:
         # The reader went away (| head): stop quietly, without a second error at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         status = EXIT_OK
-    except (OSError, zmq.ZMQError) as e:
+    except OSError as e:
         # the machine said no (no port to bind, no process to start): one line, not a traceback
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
         sys.stderr.write(render.shown(f"inferris-dist: {where}{getattr(e, 'strerror', None) or e}") + "\n")
         status = EXIT_FAILED
     except Exception as e:  # a bug of ours: still one line, the traceback only on request
-        if os.environ.get("INFERRIS_DEBUG"):
+        zmq = sys.modules.get("zmq")
+        if zmq is not None and isinstance(e, zmq.ZMQError):   # the machine said no, via ZeroMQ
+            sys.stderr.write(render.shown(f"inferris-dist: {e}") + "\n")
+        elif os.environ.get("INFERRIS_DEBUG"):
             raise
-        sys.stderr.write(render.shown(f"inferris-dist: internal error: {type(e).__name__}: {e} "
-                                      f"(INFERRIS_DEBUG=1 shows the traceback)") + "\n")
+        else:
+            sys.stderr.write(render.shown(f"inferris-dist: internal error: {type(e).__name__}: {e} "
+                                          f"(INFERRIS_DEBUG=1 shows the traceback)") + "\n")
         status = EXIT_FAILED
     try:
         sys.stdout.flush()

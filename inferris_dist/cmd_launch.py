@@ -12,40 +12,10 @@ from engine import Engine, EngineError, WorkloadError, trace_lines
 
 from . import render
 from .channel import machine_failure
-from .cliargs import EXIT_FAILED, EXIT_OK, seconds_arg
+from .cliargs import EXIT_FAILED, EXIT_OK
 from .entry import LaunchOptions, launch
-from .recovery import POLICIES
 from .timeline import Timeline
 
-
-
-def add_launch_flags(p) -> None:
-    p.add_argument("--step-timeout", type=seconds_arg, default=10.0, metavar="SECONDS",
-                   help="a rank that has not answered by then is lost (default 10)")
-    p.add_argument("--fault", action="append", default=[], metavar="RANK:KIND@STEP[+][:ARG]",
-                   help="inject a fault (repeatable), e.g. 1:crash@3, all:delay@2+:0.5")
-    p.add_argument("--timeline", metavar="FILE",
-                   help="write a Chrome trace (chrome://tracing, ui.perfetto.dev): scheduler "
-                        "phases and each rank's round trips")
-    p.add_argument("--audit-every", type=int, default=0, metavar="K",
-                   help="audit every rank's shard every K steps (always at the end)")
-    p.add_argument("--on-rank-loss", choices=POLICIES, default="abort",
-                   help="when a step fails on the ranks: stop (abort), restart the rank from the "
-                        "pool's pages (restore), or restart it empty and recompute (default abort)")
-    p.add_argument("--max-restarts", type=int, default=3, metavar="N",
-                   help="restarts allowed in one run before giving up (default 3)")
-    h = p.add_argument_group("ranks on other hosts (the scheduler spawns nothing)")
-    h.add_argument("--listen", metavar="tcp://ADDR:PORT",
-                   help="bind here and wait for `inferris-dist worker` ranks started by others "
-                        "(port 0: any free port)")
-    h.add_argument("--keys", metavar="DIR",
-                   help="CURVE keys from `inferris-dist keys`: every message encrypted, every rank "
-                        "proven by its own key (required unless --listen is on loopback)")
-    h.add_argument("--join-timeout", type=seconds_arg, default=60.0, metavar="SECONDS",
-                   help="how long to wait for all ranks to join (default 60)")
-    h.add_argument("--rejoin-timeout", type=seconds_arg, default=30.0, metavar="SECONDS",
-                   help="with restore or recompute: how long to wait for a lost rank's "
-                        "replacement to join (default 30)")
 
 
 def options_from_args(args, timeline: Timeline | None, log_stream, on_waiting) -> LaunchOptions:

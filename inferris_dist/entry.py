@@ -33,7 +33,8 @@ from .group import ProcessGroup
 from .keys import ServerKeys
 from .observe import WireLog
 from .placement import PlacementError, check_address
-from .recovery import POLICIES, DistributedEngine
+from .faults import POLICIES
+from .recovery import DistributedEngine
 from .timeline import Timeline
 
 

@@ -24,6 +24,7 @@ KINDS = {
     "drop-write": "reports a write but does not store it in its shard",
 }
 FORMAT = "RANK:KIND@STEP[+][:ARG]"
+POLICIES = ("abort", "restore", "recompute")     # what follows a failed step (recovery.py)
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,12 @@ from pathlib import Path
 import zmq
 from zmq.utils import z85
 
+from engine.errors import WorkloadError
+
 SCHEDULER = "scheduler"
 
 
-class KeyFileError(ValueError):
+class KeyFileError(WorkloadError):
     """A key directory or file that cannot be used (bad input: exit status 2)."""
 
 

@@ -26,9 +26,9 @@ from engine import (BoundaryViolation, Engine, EngineError, GroupViolation, Rank
                     Workload)
 from engine.errors import ShardDivergence
 
+from .faults import POLICIES
 from .group import ProcessGroup
 
-POLICIES = ("abort", "restore", "recompute")
 RECOVERABLE = (RankLost, GroupViolation, BoundaryViolation, ShardDivergence)
 
 
