@@ -6,6 +6,7 @@ raises `WorkloadError` with one line naming the key, the request and the value.
 """
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -139,6 +140,7 @@ def _parse_request(index: int, raw: Any) -> RequestSpec:
     where = f"request {index}"
     if not isinstance(raw, dict):
         raise WorkloadError(f"{where} must be an object, got {_kind(raw)}")
+    _no_unknown_keys(raw, REQUEST_KEYS, where)       # before anything else: `id` is a typo, not a null
     rid = raw.get("request_id")
     if not isinstance(rid, str) or not rid:
         raise WorkloadError(f"{where}: 'request_id' must be a non-empty string, got {_show(rid)}")
@@ -188,10 +190,18 @@ def _int_at_least(value: Any, low: int, where: str, key: str, high: int = MAX_VA
     return value
 
 
+# keys people write for the ones meant (not close in spelling, so difflib alone would miss them)
+_MEANT = {"id": "request_id", "name": "request_id", "prompt": "tokens", "max_new": "max_new_tokens",
+          "max_tokens": "max_new_tokens", "arrival": "arrival_step", "eos": "eos_after"}
+
+
 def _no_unknown_keys(obj: dict, allowed, where: str) -> None:
     for key in obj:
         if key not in allowed:
-            raise WorkloadError(f"{where}: unknown key {key!r} (allowed: {', '.join(allowed)})")
+            close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+            meant = _MEANT.get(key) if _MEANT.get(key) in allowed else (close[0] if close else None)
+            hint = f"; did you mean {meant!r}?" if meant else f" (known keys: {', '.join(allowed)})"
+            raise WorkloadError(f"unknown key {key!r} in {where}{hint}")
 
 
 _INT_ONLY = frozenset((int,))

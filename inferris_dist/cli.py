@@ -20,7 +20,7 @@ from .cliargs import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, E
 from .faults import POLICIES, parse_faults
 from .mechanisms import MECHANISMS
 from .mechanisms import find as find_mechanism
-from .workloads import REQUEST_FORMAT, workload_from_flags
+from .workloads import REQUEST_FORMAT, WORKLOAD_HELP, workload_from_flags
 
 def add_workload_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload (default: the built-in demo)")
@@ -30,6 +30,13 @@ def add_workload_flags(p: argparse.ArgumentParser) -> None:
     for knob in ("max-step-tokens", "page-size", "num-pages", "spec-len", "world-size"):
         g.add_argument(f"--{knob}", type=int_arg, metavar="N",
                        help="override the workload's engine value")
+
+
+def add_output_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="SPEC §4 JSON lines")
+    p.add_argument("--verbose", action="store_true",
+                   help="name every request on a step's line (default: big batches are summarised "
+                        "to fit the terminal)")
 
 
 def add_rung_flag(p: argparse.ArgumentParser) -> None:
@@ -43,15 +50,12 @@ def knobs_of(args) -> dict:
             ("max_step_tokens", "page_size", "num_pages", "spec_len", "world_size")}
 
 
-def add_launch_flags(p) -> None:
-    """launch's own flags (the module that runs it is imported only when it runs)."""
+def add_fault_flags(p) -> None:
+    """How the run on processes is broken and what follows: launch's and compare's."""
     p.add_argument("--step-timeout", type=seconds_arg, default=10.0, metavar="SECONDS",
                    help="a rank that has not answered by then is lost (default 10)")
     p.add_argument("--fault", action="append", default=[], metavar="RANK:KIND@STEP[+][:ARG]",
                    help="inject a fault (repeatable), e.g. 1:crash@3, all:delay@2+:0.5")
-    p.add_argument("--timeline", metavar="FILE",
-                   help="write a Chrome trace (chrome://tracing, ui.perfetto.dev): scheduler "
-                        "phases and each rank's round trips")
     p.add_argument("--audit-every", type=int, default=0, metavar="K",
                    help="audit every rank's shard every K steps (always at the end)")
     p.add_argument("--on-rank-loss", choices=POLICIES, default="abort",
@@ -59,6 +63,14 @@ def add_launch_flags(p) -> None:
                         "pool's pages (restore), or restart it empty and recompute (default abort)")
     p.add_argument("--max-restarts", type=int, default=3, metavar="N",
                    help="restarts allowed in one run before giving up (default 3)")
+
+
+def add_launch_flags(p) -> None:
+    """launch's own flags (the module that runs it is imported only when it runs)."""
+    add_fault_flags(p)
+    p.add_argument("--timeline", metavar="FILE",
+                   help="write a Chrome trace (chrome://tracing, ui.perfetto.dev): scheduler "
+                        "phases, each rank's round trips and what it did inside them")
     h = p.add_argument_group("ranks on other hosts (the scheduler spawns nothing)")
     h.add_argument("--listen", metavar="tcp://ADDR:PORT",
                    help="bind here and wait for `inferris-dist worker` ranks started by others "
@@ -73,17 +85,31 @@ def add_launch_flags(p) -> None:
                         "replacement to join (default 30)")
 
 
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("inferris-dist")
+    except Exception:                      # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> Parser:
     p = Parser(prog="inferris-dist", description="See, test and break the executor boundary "
                "of an LLM serving engine.")
+    p.add_argument("--version", action="version", version=f"inferris-dist {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    run = sub.add_parser("run", help="run a workload in one process")
+    run = sub.add_parser("run", help="run a workload in one process", epilog=WORKLOAD_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_workload_flags(run)
     add_rung_flag(run)
-    run.add_argument("--json", action="store_true", help="SPEC §4 JSON lines")
+    add_output_flags(run)
     demo = sub.add_parser("demo", help="run the built-in three-request demo in one process")
     demo.add_argument("--json", action="store_true", help="SPEC §4 JSON lines")
+    ins = sub.add_parser("inspect", help="read a --wire-log: a line per step, or one step's plan, "
+                         "each rank's result and the join")
+    ins.add_argument("wirelog", metavar="WIRELOG", help="a file written by launch --wire-log")
+    ins.add_argument("--step", type=int_arg, metavar="K", help="show step K in full")
     lad = sub.add_parser("ladder", help="run a workload at every rung of the mechanism ladder; "
                          "one table of what each mechanism buys")
     add_workload_flags(lad)
@@ -91,17 +117,17 @@ def build_parser() -> Parser:
     me = sub.add_parser("mechs", help="the twelve mechanisms, where they live; `mechs NAME` prints "
                         "one's note")
     me.add_argument("name", nargs="?", metavar="NAME", help="a mechanism: number, slug or name")
-    la = sub.add_parser("launch", help="run a workload with its ranks on real worker processes")
+    la = sub.add_parser("launch", help="run a workload with its ranks on real worker processes",
+                        epilog=WORKLOAD_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_workload_flags(la)
     add_rung_flag(la)
-    la.add_argument("--json", action="store_true", help="SPEC §4 JSON lines (same bytes as run --json)")
+    add_output_flags(la)
     la.add_argument("--wire-log", metavar="FILE", help="write every message that crossed as JSON lines")
     add_launch_flags(la)
     co = sub.add_parser("compare", help="run in process and on worker processes; diff the traces")
     add_workload_flags(co)
     add_rung_flag(co)
-    co.add_argument("--step-timeout", type=seconds_arg, default=10.0, metavar="SECONDS",
-                    help="a rank that has not answered by then is lost (default 10)")
+    add_fault_flags(co)
     wo = sub.add_parser("worker", help="a rank worker, for a scheduler started with `launch --listen` "
                         "(`inferris-dist worker --help` for its flags)")
     wo.add_argument("worker_args", nargs="*", help="--connect tcp://HOST:PORT --keys DIR [--rank R] "
@@ -117,7 +143,7 @@ def build_parser() -> Parser:
 
 def cmd_run(args) -> int:
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
-    return run_in_process(workload, name, args.json, args.rung)
+    return run_in_process(workload, name, args.json, args.rung, args.verbose)
 
 
 def cmd_demo(args) -> int:
@@ -125,32 +151,43 @@ def cmd_demo(args) -> int:
     return run_in_process(workload, name, args.json)
 
 
-def run_in_process(workload, name: str, as_json: bool, rung: str = "full") -> int:
+def run_in_process(workload, name: str, as_json: bool, rung: str = "full", verbose: bool = False) -> int:
     out = sys.stdout
     parse_faults((), workload.config.world_size, workload.faults)   # refused alike by run and launch
     if workload.faults:
         sys.stderr.write(f"inferris-dist: note: the workload's faults ({', '.join(workload.faults)}) "
                          f"act on worker processes; run them with `inferris-dist launch`\n")
     engine = Engine(workload, rung=rung)
+    progress = render.Progress(sys.stderr, len(workload.requests))
+    total = len(workload.requests)
     if as_json:
         last = ""
-        for last in trace_json_lines(engine):
-            out.write(last + "\n")
+        try:
+            for last in trace_json_lines(engine):
+                out.write(last + "\n")
+                progress.update(engine.step_id - 1, total - engine.num_unfinished)
+        finally:
+            progress.clear()
         return EXIT_FAILED if last.startswith('{"error"') else EXIT_OK
     style = render.Style.for_stream(out)
     out.write(render.header(workload, name) + "\n")
-    printer = render.StepPrinter(out, style)
+    printer = render.StepPrinter(out, style, verbose)
     num_steps = 0
     try:
         for trace in engine.run():
             num_steps += 1
+            progress.clear()
             printer.step(trace)
+            progress.update(trace.step, total - engine.num_unfinished)
     except EngineError as err:
+        progress.clear()
         printer.flush()
         out.write(render.request_table(engine.summary(), style) + "\n")
         out.flush()
         render.write_error(err, sys.stderr, render.Style.for_stream(sys.stderr))
         return EXIT_FAILED
+    finally:
+        progress.clear()
     printer.flush()
     out.write(render.request_table(engine.summary(), style) + "\n")
     out.write(render.closing_line(num_steps, engine.summary()) + "\n")
@@ -208,14 +245,20 @@ def cmd_ladder(args) -> int:
     return run_ladder(workload, name, args.json)
 
 
+def cmd_inspect(args) -> int:
+    from .cmd_inspect import run_inspect
+    return run_inspect(args.wirelog, args.step, sys.stdout, render.Style.for_stream(sys.stdout))
+
+
 def cmd_compare(args) -> int:
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
     from . import cmd_launch
-    return cmd_launch.run_compare(workload, name, args.step_timeout, args.rung)
+    return cmd_launch.run_compare(workload, name, args)
 
 
 COMMANDS = {"run": cmd_run, "demo": cmd_demo, "mechs": cmd_mechs, "launch": cmd_launch_,
-            "compare": cmd_compare, "keys": cmd_keys, "ladder": cmd_ladder}
+            "compare": cmd_compare, "keys": cmd_keys, "ladder": cmd_ladder,
+            "inspect": cmd_inspect}
 
 
 def _attach_dashed_values(argv: list[str]) -> list[str]:

@@ -32,7 +32,7 @@ def run_launch(workload, name: str, args) -> int:
     as_json = args.json
     out = sys.stdout
     style = render.Style.for_stream(out)
-    printer = render.StepPrinter(out, style)
+    printer = render.StepPrinter(out, style, args.verbose)
     num_steps = 0
     started = time.monotonic()
     engine = group = None
@@ -50,6 +50,8 @@ def run_launch(workload, name: str, args) -> int:
             if stream is not None:
                 stream.close()
         raise
+    total = len(workload.requests)
+    progress = render.Progress(sys.stderr, total)
     try:
         with launch(workload, options=options) as engine:
             group = engine.group
@@ -58,9 +60,13 @@ def run_launch(workload, name: str, args) -> int:
                 out.write(style.dim(f"{'':>{render.STEP_WIDTH}}  {members_line(group, started)}") + "\n")
             for trace in engine.run():
                 num_steps += 1
+                rtt = group.last_record.rtt if group.last_record is not None else {}
+                extra = (f" · rtt {1000 * sorted(rtt.values())[len(rtt) // 2]:.2f} ms" if rtt else "")
                 if as_json:
                     out.write(engine.json_line(trace) + "\n")
+                    progress.update(trace.step, total - engine.num_unfinished, extra)
                     continue
+                progress.clear()
                 attempts, recoveries = group.take_attempts(), engine.take_recoveries()
                 audited = [r for r in recoveries if r.in_audit]     # the audit before this step
                 recoveries = [r for r in recoveries if not r.in_audit]
@@ -71,12 +77,15 @@ def run_launch(workload, name: str, args) -> int:
                 printer.step(trace)
                 if not quiet:
                     write_boundary(out, style, group.world_size, attempts, recoveries)
+                progress.update(trace.step, total - engine.num_unfinished, extra)
+            progress.clear()
             if not as_json:
                 printer.flush()
                 write_boundary(out, style, group.world_size, [], engine.take_recoveries())
                 out.write(style.dim(f"{'':>{render.STEP_WIDTH}}  audit: all {group.world_size} shards "
                                     f"hold every slot the pool holds") + "\n")
     except (EngineError, OSError, zmq.ZMQError) as err:
+        progress.clear()
         if not isinstance(err, EngineError):     # the machine said no: still the error object
             err = machine_failure(err, step=engine.step_id if engine is not None else None)
         status = EXIT_FAILED
@@ -89,6 +98,7 @@ def run_launch(workload, name: str, args) -> int:
                 write_boundary(out, style, group.world_size, group.take_attempts(),
                                engine.take_recoveries() if engine is not None else [])
     finally:
+        progress.clear()
         closing = _finish_outputs(log_stream, timeline_stream, timeline, args)
     if closing is not None and failure is None:
         status, failure = EXIT_FAILED, closing
@@ -209,26 +219,54 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def distributed_lines(workload, step_timeout: float, faults=(), rung: str = "full") -> list[dict]:
+def distributed_lines(workload, options: LaunchOptions) -> list[dict]:
     try:
-        with launch(workload, step_timeout=step_timeout, faults=faults, rung=rung) as engine:
+        with launch(workload, options=options) as engine:
             return trace_lines(engine)
     except EngineError as e:        # the workers did not start
         return [e.to_json()]
 
 
-def run_compare(workload, name: str, step_timeout: float, rung: str = "full") -> int:
-    local = trace_lines(Engine(workload, rung=rung))
-    remote = distributed_lines(workload, step_timeout, rung=rung)
+def run_compare(workload, name: str, args) -> int:
+    """The workload in process and on processes (with the launch's faults and policy): equal
+    traces, or the first difference; when a side failed, which side, how, where."""
+    if args.audit_every < 0 or args.max_restarts < 0:
+        raise WorkloadError("--audit-every and --max-restarts must be >= 0")
+    local = trace_lines(Engine(workload, rung=args.rung))
+    options = LaunchOptions(step_timeout=args.step_timeout, faults=args.fault,
+                            audit_every=args.audit_every, on_rank_loss=args.on_rank_loss,
+                            max_restarts=args.max_restarts, rung=args.rung)
+    options.check()
+    remote = distributed_lines(workload, options)
     n = workload.config.world_size
+    where = f"in process and on {n} worker process{'es' * (n != 1)}"
     diff = first_difference(local, remote)
     num_steps = sum(1 for line in local if "step" in line and "error" not in line)
     if diff is None:
-        sys.stdout.write(f"{name}: identical ({num_steps} steps) in process and on {n} "
-                         f"worker process{'es' * (n != 1)}\n")
+        ends = f", both ending {_failure(local[-1])}" if "error" in local[-1] else ""
+        sys.stdout.write(f"{render.shown(name)}: identical ({num_steps} steps{ends}) {where}\n")
         return EXIT_OK
-    sys.stdout.write(f"{name}: traces differ: {diff}\n")
+    failed = [(side, lines[-1]) for side, lines in (("in process", local), ("on processes", remote))
+              if "error" in lines[-1]]
+    if failed:
+        for side, err in failed:
+            sys.stdout.write(f"{render.shown(name)}: the run {side} failed: {_failure(err)}: "
+                             f"{render.shown(err.get('message', ''))}\n")
+        if len(failed) == 1:
+            sys.stdout.write(f"{render.shown(name)}: the run {'on processes' if failed[0][0] == 'in process' else 'in process'} "
+                             f"did not\n")
+        return EXIT_FAILED
+    sys.stdout.write(f"{render.shown(name)}: traces differ: {diff}\n")
     return EXIT_FAILED
+
+
+def _failure(err: dict) -> str:
+    """An error object in a few words: kind, step, and the rank(s) blamed."""
+    ranks = err.get("ranks") or ([err["rank"]] if err.get("rank") is not None else [])
+    who = f", rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}" if ranks else ""
+    epoch = f", epoch {err['epoch']}" if err.get("epoch") is not None else ""
+    step = "during start-up" if err.get("step") is None else f"at step {err['step']}"
+    return f"{err['error']} {step}{epoch}{who}"
 
 
 def first_difference(a: list[dict], b: list[dict]) -> str | None:

@@ -6,6 +6,7 @@ Python repr. `--json` output is not made here: it is SPEC §4, line for line.
 from __future__ import annotations
 
 import os
+import time
 from typing import TextIO
 
 from engine import StepTrace, Workload
@@ -39,6 +40,18 @@ class Style:
 
 
 STEP_WIDTH = 5
+PLAIN = Style(False)
+DEFAULT_WIDTH = 100
+
+
+def line_width(stream: TextIO) -> int:
+    """The terminal's width when `stream` is one, else DEFAULT_WIDTH."""
+    try:
+        if stream.isatty():
+            return max(40, os.get_terminal_size(stream.fileno()).columns)
+    except (AttributeError, OSError, ValueError):
+        pass
+    return DEFAULT_WIDTH
 
 
 def shown(text: str) -> str:
@@ -63,37 +76,58 @@ def header(workload: Workload, title: str) -> str:
             f"world_size {c.world_size}")
 
 
-def step_events(t: StepTrace, style: Style) -> str:
-    """What happened in one step, in phase order, each kind once and only if it happened."""
+def step_events(t: StepTrace, style: Style, limit: int | None = None) -> str:
+    """What happened in one step, in phase order, each kind once and only if it happened.
+
+    `limit`: at most that many requests named per kind, then "+N more" (and, for what
+    ran, the token total), so that a big batch still fits one line.
+    """
     parts = []
     s = shown        # request ids are the user's: shown escaped
 
-    def add(label: str, body: str, paint=None) -> None:
-        parts.append(f"{(paint or style.dim)(label)} {body}")
+    def add(label: str, entries: list[str], paint=None, tokens: int | None = None) -> None:
+        total = f" ({tokens} tok)" if tokens is not None else ""
+        if limit == 0:
+            entries = [f"{len(entries)}{total}"]
+        elif limit is not None and len(entries) > limit:
+            entries = entries[:limit] + [f"+{len(entries) - limit} more{total}"]
+        parts.append(f"{(paint or style.dim)(label)} {' '.join(entries)}")
 
     if t.admitted:
-        add("admit", " ".join(map(s, t.admitted)))
+        add("admit", list(map(s, t.admitted)))
     if t.reused:
-        add("reuse", " ".join(f"{s(r)}:{n}" for r, n in t.reused.items()))
+        add("reuse", [f"{s(r)}:{n}" for r, n in t.reused.items()])
     if t.evicted:
-        add("evict", "pages " + ",".join(map(str, t.evicted)), style.yellow)
+        pages = t.evicted if limit is None or len(t.evicted) <= 4 * max(limit, 1) else None
+        parts.append(f"{style.yellow('evict')} " + (f"pages {','.join(map(str, pages))}" if pages
+                                                     else f"{len(t.evicted)} pages"))
     if t.preempted:
-        add("preempt", " ".join(map(s, t.preempted)), style.yellow)
+        add("preempt", list(map(s, t.preempted)), style.yellow)
     if t.executed:
-        add("run", " ".join(f"{s(r)}:{n}" for r, n in t.executed.items()))
+        add("run", [f"{s(r)}:{n}" for r, n in t.executed.items()], tokens=sum(t.executed.values()))
     drafts = [f"{s(r)}:{t.accepted[r]}/{d}" for r, d in t.drafted.items() if d]   # 0/0 says nothing
     if drafts:
-        add("accept", " ".join(drafts))
+        add("accept", drafts)
     if t.published:
-        add("publish", " ".join(f"{s(r)}:{n}" for r, n in t.published.items()))
+        add("publish", [f"{s(r)}:{n}" for r, n in t.published.items()])
     if t.sampled:
-        add("sample", " ".join(s(r) if v == "TOKEN" else f"{s(r)}:{v}" for r, v in t.sampled.items()))
+        add("sample", [s(r) if v == "TOKEN" else f"{s(r)}:{v}" for r, v in t.sampled.items()])
     if t.finished:
-        add("finish", " ".join(f"{s(r)}:{why}" for r, why in t.finished.items()), style.green)
+        add("finish", [f"{s(r)}:{why}" for r, why in t.finished.items()], style.green)
     return "  ".join(parts)
 
 
-def step_line(t: StepTrace, style: Style) -> str:
+LIMITS = (8, 4, 2, 1, 0)     # requests named per kind, tried in turn until a step line fits
+
+
+def step_line(t: StepTrace, style: Style, width: int | None = None) -> str:
+    """The step's line; with `width`, big batches are summarised until it fits (the full
+    listing is what `--verbose` gives)."""
+    if width is not None:
+        for limit in (None,) + LIMITS:
+            plain = f"{t.step:>{STEP_WIDTH}}  {step_events(t, PLAIN, limit) or 'idle'}"
+            if len(plain) <= width or limit == 0:
+                return f"{t.step:>{STEP_WIDTH}}  {step_events(t, style, limit) or style.dim('idle')}"
     return f"{t.step:>{STEP_WIDTH}}  {step_events(t, style) or style.dim('idle')}"
 
 
@@ -103,11 +137,13 @@ def idle_line(first: int, last: int, style: Style) -> str:
 
 
 class StepPrinter:
-    """Prints step lines; a run of idle steps becomes one line."""
+    """Prints step lines; a run of idle steps becomes one line; a step fits `width` columns
+    (the terminal's, or 100) unless `verbose`."""
 
-    def __init__(self, out: TextIO, style: Style):
+    def __init__(self, out: TextIO, style: Style, verbose: bool = False):
         self.out = out
         self.style = style
+        self.width = None if verbose else line_width(out)
         self._idle: tuple[int, int] | None = None
 
     def step(self, t: StepTrace) -> None:
@@ -116,7 +152,7 @@ class StepPrinter:
             self._idle = (first, t.step)
             return
         self.flush()
-        self.out.write(step_line(t, self.style) + "\n")
+        self.out.write(step_line(t, self.style, self.width) + "\n")
 
     def flush(self) -> None:
         if self._idle:
@@ -222,3 +258,44 @@ def recovery_lines(r, style: Style) -> str:
         done = (f"recompute: {how} {ranks} empty in epoch {r.epoch + 1}; every page dropped, "
                 f"preempted {lost}; {then}")
     return f"{pad}{failed}\n{pad}{style.yellow(done)}"
+
+
+class Progress:
+    """A sign of life on stderr when it is a terminal: step, requests finished, steps per
+    second (and for launch, the ranks' round trip). Redrawn at most ten times a second,
+    erased when the run ends; never written anywhere but a terminal, never into stdout."""
+
+    EVERY_S = 0.1
+
+    def __init__(self, stream: TextIO, total: int, enabled: bool | None = None):
+        self.stream = stream
+        self.total = total
+        if enabled is None:
+            enabled = hasattr(stream, "isatty") and stream.isatty()
+        self.enabled = enabled
+        self.started = None               # the first step's time: start-up is not a step
+        self.next_draw = 0.0
+        self.drawn = False
+
+    def update(self, step: int, finished: int, extra: str = "") -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if self.started is None:
+            self.started, self.first_step = now, step
+            self.next_draw = now + self.EVERY_S
+            return
+        if now < self.next_draw:
+            return
+        self.next_draw = now + self.EVERY_S
+        rate = (step - self.first_step) / max(now - self.started, 1e-9)
+        text = f"step {step} · {finished}/{self.total} finished · {rate:,.0f} steps/s{extra}"
+        self.stream.write(f"\r\x1b[K{text}")
+        self.stream.flush()
+        self.drawn = True
+
+    def clear(self) -> None:
+        if self.drawn:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.drawn = False

@@ -7,6 +7,8 @@ from pathlib import Path
 from engine import Workload, WorkloadError, load_workload
 from engine.workload import parse_json
 
+from .faults import KINDS
+
 # The built-in demo: three requests, chunked prefill, a prefix, speculation on four ranks.
 DEMO = {
     "engine": {"max_step_tokens": 8, "page_size": 4, "num_pages": 8, "spec_len": 3, "world_size": 4},
@@ -39,6 +41,31 @@ LADDER_DEMO = {
          "accept_script": [3, 1, 2]},
     ],
 }
+
+WORKLOAD_HELP = """\
+the workload (--spec FILE, JSON; every value an integer unless said):
+  {"engine": {"max_step_tokens": 8, "page_size": 4, "num_pages": 8, "spec_len": 0, "world_size": 1},
+   "requests": [{"request_id": "a", "prompt_len": 6, "max_new_tokens": 4},
+                {"request_id": "b", "tokens": [1, 2, 3], "max_new_tokens": 2, "arrival_step": 1,
+                 "eos_after": 1, "accept_script": [2, 0]}],
+   "faults": ["1:crash@3"]}
+engine keys (all optional; the defaults shown above):
+  max_step_tokens >= 1  tokens one step may compute (the budget)
+  page_size >= 1        slots per page
+  num_pages >= 1        pages in the pool
+  spec_len >= 0         draft tokens a decoding request proposes per step
+  world_size 1..256     ranks (launch: worker processes)
+request keys:
+  request_id            a unique, non-empty string (required)
+  tokens | prompt_len   the prompt: a list of integers, or its length (exactly one of the two)
+  max_new_tokens >= 1   tokens to generate (required)
+  arrival_step >= 0     the step it arrives at (default 0)
+  eos_after >= 0|null   sample EOS once this many tokens were generated (default null: never)
+  accept_script         list of integers or null: draft tokens accepted at each verdict,
+                        clamped to 0..drafted (default null: all accepted)
+faults (launch only; run notes them): RANK:KIND@STEP[+][:ARG], RANK a number or all;
+  kinds: """ + ", ".join(KINDS) + """
+"""
 
 REQUEST_FORMAT = "ID:PROMPT_LEN:MAX_NEW[:ARRIVAL[:EOS_AFTER]]"
 
