@@ -17,6 +17,7 @@ demo: $(STAMP)
 	$(BIN)/inferris-dist launch --world-size 4
 
 test: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

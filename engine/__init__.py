@@ -12,8 +12,16 @@ Pure Python, no I/O. The control plane (`Engine`) decides; an executor with
 import importlib
 import json
 
-from .errors import (BoundaryViolation, EngineError, GroupViolation, Irreducible, NeverFits,
-                     OutOfPages, RankLost, WorkloadError)
+from .errors import (
+    BoundaryViolation,
+    EngineError,
+    GroupViolation,
+    Irreducible,
+    NeverFits,
+    OutOfPages,
+    RankLost,
+    WorkloadError,
+)
 
 # Every other name is imported on first use, so that a rank worker, which needs only
 # messages, rank and shard, does not pay for the control plane at every start.
@@ -46,9 +54,11 @@ __all__ = [
     "BoundaryViolation", "CACHE", "Engine", "EngineConfig", "EngineError", "ExecutionPlan",
     "ExecutionResult", "FinishReason", "GroupViolation", "Irreducible", "ItemOutcome",
     "LocalGroup", "NeverFits", "OutOfPages", "PagePool", "PlanItem", "PreparedStep", "RankExecutionResult",
-    "RUNGS", "RankExecutor", "RankLost", "Request", "Rung", "RequestSpec", "SampleResult", "State", "StepTrace",
+    "RUNGS", "RankExecutor", "RankLost", "Request", "Rung", "RequestSpec", "SampleResult", "State",
+    "StepTrace",
     "Workload", "WorkloadError", "accept_scripts", "expand_placements", "join", "load_workload",
-    "page_spans", "pages_needed", "parse_workload", "placement_pages", "run_workload", "trace_json_lines", "trace_lines", "trace_objects", "verdict",
+    "page_spans", "pages_needed", "parse_workload", "placement_pages", "run_workload", "trace_json_lines",
+    "trace_lines", "trace_objects", "verdict",
 ]
 
 

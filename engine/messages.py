@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+
 class PlanItem(NamedTuple):
     request_id: str
     start_position: int
@@ -68,7 +69,8 @@ def page_spans(start: int, num_tokens: int, pages: tuple[int, ...], page_size: i
         position += length
 
 
-def expand_placements(start: int, num_tokens: int, pages: tuple[int, ...], page_size: int) -> list[tuple[int, int, int]]:
+def expand_placements(start: int, num_tokens: int, pages: tuple[int, ...],
+                      page_size: int) -> list[tuple[int, int, int]]:
     """The SPEC's placements: (position, page_id, offset) for every position."""
     return [(position + i, page, offset + i)
             for page, position, offset, length in page_spans(start, num_tokens, pages, page_size)

@@ -49,7 +49,7 @@ class Request:
         self.draft_len = 0
         self.num_verdicts = 0                   # decode items committed: the next verdict_index
         self.prefix_keys: list[int] | None = None   # keys of complete prompt blocks, made on first use
-        self.cache_cursor = None                # (node, depth): how far the cache is known to hold this prefix
+        self.cache_cursor = None        # (node, depth): how far the cache is known to hold this prefix
         self.in_holders = False                 # queued in the engine's preemption-victim heap
 
     @property

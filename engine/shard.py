@@ -108,7 +108,8 @@ class SlotStore:
             self._pages[page] = [list(layer) for layer in layers]
 
 
-def first_mismatch(held: SlotStore, shard_layers: dict[int, list]) -> tuple[int, int, tuple, tuple | None] | None:
+def first_mismatch(held: SlotStore,
+                   shard_layers: dict[int, list]) -> tuple[int, int, tuple, tuple | None] | None:
     """The first slot `held` has that a shard (page -> layers) does not hold the same.
 
     Returns (page, offset, held slot, shard slot) or None when the shard holds

@@ -101,7 +101,8 @@ def parse_json(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise WorkloadError(f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        raise WorkloadError(f"{what} is not valid JSON: {e.msg} at line {e.lineno} "
+                            f"column {e.colno}") from None
     except RecursionError:
         raise WorkloadError(f"{what} is nested too deeply to be a workload") from None
 
@@ -180,7 +181,8 @@ def _parse_request(index: int, raw: Any) -> RequestSpec:
 def _check_engine_value(key: str, value: Any) -> None:
     if key not in ENGINE_KEYS:
         raise WorkloadError(f"unknown engine key {key!r}")
-    _int_at_least(value, ENGINE_KEYS[key], "engine", key, MAX_WORLD_SIZE if key == "world_size" else MAX_VALUE)
+    high = MAX_WORLD_SIZE if key == "world_size" else MAX_VALUE
+    _int_at_least(value, ENGINE_KEYS[key], "engine", key, high)
 
 
 def _int_at_least(value: Any, low: int, where: str, key: str, high: int = MAX_VALUE) -> int:

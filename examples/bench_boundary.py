@@ -23,11 +23,12 @@ import zmq
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from serving import serving_workload  # noqa: E402
+
 from engine import Engine, LocalGroup, load_workload  # noqa: E402
 from inferris_dist import launch  # noqa: E402
 from inferris_dist.wire import MsgType, encode_body  # noqa: E402
 from launcher import spawn_workers, stop_workers  # noqa: E402
-from serving import serving_workload  # noqa: E402
 
 
 class Recorder(LocalGroup):
@@ -39,7 +40,8 @@ class Recorder(LocalGroup):
 
     def execute(self, plan):
         result = super().execute(plan)
-        self.sizes.append((encode_body(MsgType.PLAN, plan), len(encode_body(MsgType.RESULT, result.outcomes))))
+        result_len = len(encode_body(MsgType.RESULT, result.outcomes))
+        self.sizes.append((encode_body(MsgType.PLAN, plan), result_len))
         return result
 
 

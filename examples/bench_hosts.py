@@ -24,10 +24,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
+from serving import serving_workload  # noqa: E402
+
 from engine import load_workload  # noqa: E402
 from inferris_dist import launch  # noqa: E402
 from inferris_dist.keys import write_keys  # noqa: E402
-from serving import serving_workload  # noqa: E402
 
 
 def inner(a) -> int:

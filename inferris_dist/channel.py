@@ -213,7 +213,8 @@ class RankChannel:
         except wire.WireError as e:
             raise self.lost(rank, step, "protocol", f"broke the protocol: {e}") from None
         if header.rank != rank:
-            raise self.lost(rank, step, "protocol", f"broke the protocol: its message names rank {header.rank}")
+            raise self.lost(rank, step, "protocol",
+                            f"broke the protocol: its message names rank {header.rank}")
         current = header.type is expect and header.epoch == self.epoch and header.step == step
         if rank in got or not current:
             self.drop(rank, header)

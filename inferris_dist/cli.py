@@ -15,12 +15,22 @@ from engine import Engine, EngineError, WorkloadError, trace_json_lines
 from engine.rungs import NAMES as RUNG_NAMES
 
 from . import render
-from .cliargs import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, Parser,
-                      UsageError, int_arg, seconds_arg)
+from .cliargs import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    Parser,
+    UsageError,
+    int_arg,
+    seconds_arg,
+)
 from .faults import POLICIES, parse_faults
 from .mechanisms import MECHANISMS
 from .mechanisms import find as find_mechanism
 from .workloads import REQUEST_FORMAT, WORKLOAD_HELP, workload_from_flags
+
 
 def add_workload_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload (default: the built-in demo)")
@@ -221,7 +231,7 @@ def cmd_launch_(args) -> int:
         raise UsageError("inferris-dist launch: --audit-every must be >= 0")
     if args.max_restarts < 0:
         raise UsageError("inferris-dist launch: --max-restarts must be >= 0")
-    from . import cmd_launch            # the executor on processes: only when it is used
+    from . import cmd_launch  # the executor on processes: only when it is used
     return cmd_launch.run_launch(workload, name, args)
 
 
@@ -267,7 +277,8 @@ def _attach_dashed_values(argv: list[str]) -> list[str]:
     out = []
     it = iter(range(len(argv)))
     for i in it:
-        if argv[i] == "--fault" and i + 1 < len(argv) and argv[i + 1][:1] == "-" and argv[i + 1][1:2].isdigit():
+        value = argv[i + 1] if i + 1 < len(argv) else ""
+        if argv[i] == "--fault" and value[:1] == "-" and value[1:2].isdigit():
             out.append(f"--fault={argv[i + 1]}")
             next(it, None)
         else:

@@ -17,7 +17,6 @@ from .entry import LaunchOptions, launch
 from .timeline import Timeline
 
 
-
 def options_from_args(args, timeline: Timeline | None, log_stream, on_waiting) -> LaunchOptions:
     return LaunchOptions(step_timeout=args.step_timeout, faults=args.fault,
                          audit_every=args.audit_every, on_rank_loss=args.on_rank_loss,
@@ -253,8 +252,8 @@ def run_compare(workload, name: str, args) -> int:
             sys.stdout.write(f"{render.shown(name)}: the run {side} failed: {_failure(err)}: "
                              f"{render.shown(err.get('message', ''))}\n")
         if len(failed) == 1:
-            sys.stdout.write(f"{render.shown(name)}: the run {'on processes' if failed[0][0] == 'in process' else 'in process'} "
-                             f"did not\n")
+            other = "on processes" if failed[0][0] == "in process" else "in process"
+            sys.stdout.write(f"{render.shown(name)}: the run {other} did not\n")
         return EXIT_FAILED
     sys.stdout.write(f"{render.shown(name)}: traces differ: {diff}\n")
     return EXIT_FAILED

@@ -28,12 +28,11 @@ from engine import Workload, WorkloadError, load_workload
 from engine.rungs import rung as rung_named
 
 from .cliargs import MAX_SECONDS, valid_seconds
-from .faults import parse_faults
+from .faults import POLICIES, parse_faults
 from .group import ProcessGroup
 from .keys import ServerKeys
 from .observe import WireLog
 from .placement import PlacementError, check_address
-from .faults import POLICIES
 from .recovery import DistributedEngine
 from .timeline import Timeline
 
@@ -53,7 +52,8 @@ class LaunchOptions:
     keys: str | Path | None = None      # CURVE key directory (inferris-dist keys)
     join_timeout: float = 60.0
     rejoin_timeout: float = 30.0
-    on_waiting: Callable[[str, list[int], float, bool], None] | None = None   # address, ranks, timeout, rejoin
+    # told (address, ranks, timeout, rejoin) when the group waits for members to join
+    on_waiting: Callable[[str, list[int], float, bool], None] | None = None
     rung: str = "full"                  # the mechanism ladder's rung (SPEC §6)
 
     def check(self) -> None:

@@ -91,5 +91,6 @@ def parse_fault(text: str, world_size: int | None = None, source: str = "--fault
 
 def parse_faults(texts, world_size: int, workload_faults=()) -> list[Fault]:
     """The workload's faults (named by their entry in 'faults') and the command line's."""
-    return ([parse_fault(t, world_size, f"workload 'faults' entry {i}") for i, t in enumerate(workload_faults)]
+    return ([parse_fault(t, world_size, f"workload 'faults' entry {i}")
+             for i, t in enumerate(workload_faults)]
             + [parse_fault(t, world_size) for t in texts])

@@ -22,16 +22,22 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Sequence
 
-from engine import (EngineError, ExecutionPlan, ExecutionResult, RankExecutionResult, Workload,
-                    WorkloadError, join)
+from engine import (
+    EngineError,
+    ExecutionPlan,
+    ExecutionResult,
+    RankExecutionResult,
+    Workload,
+    WorkloadError,
+    join,
+)
 from engine.errors import ShardDivergence
 from engine.group import accept_scripts
 from engine.shard import SlotStore, first_mismatch
+from launcher import Template, make_run_dir
 
 from . import wire
 from .channel import RankChannel
-from launcher import Template, make_run_dir
-
 from .faults import Fault
 from .handshake import Admission
 from .keys import ServerKeys
@@ -204,7 +210,8 @@ class ProcessGroup:
             blame = 0 if self.world_size == 1 else None      # the same bad bytes from every rank
             outcomes = [channel.decode(blame, MsgType.RESULT, bodies[0], plan.step)] * self.world_size
         else:
-            outcomes = [channel.decode(r, MsgType.RESULT, bodies[r], plan.step) for r in range(self.world_size)]
+            outcomes = [channel.decode(r, MsgType.RESULT, bodies[r], plan.step)
+                        for r in range(self.world_size)]
         for r in range(self.world_size) if self.log else ():
             channel.log_message("in", r, MsgType.RESULT, plan.step, len(bodies[r]), outcomes[r])
         results = [RankExecutionResult(got[r][0].rank, got[r][0].world_size, got[r][0].step, outcomes[r])

@@ -55,7 +55,7 @@ def write_keys(directory: str | Path, world_size: int, force: bool = False) -> l
         private = Path(tempfile.mkdtemp(prefix=".keys-", dir=directory))   # mode 0700
     except OSError as e:
         raise KeyFileError(f"cannot write into the key directory {directory}: {e.strerror or e}") from None
-    import zmq.auth                     # not at import: a worker needs only load_certificate's format
+    import zmq.auth  # not at import: a worker needs only load_certificate's format
     try:
         for name in names:
             public, secret = (Path(p) for p in zmq.auth.create_certificates(private, name))

@@ -22,8 +22,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Iterator
 
-from engine import (BoundaryViolation, Engine, EngineError, GroupViolation, RankLost, StepTrace,
-                    Workload)
+from engine import BoundaryViolation, Engine, EngineError, GroupViolation, RankLost, StepTrace, Workload
 from engine.errors import ShardDivergence
 
 from .faults import POLICIES

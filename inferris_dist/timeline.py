@@ -32,7 +32,8 @@ class Timeline:
             {"ph": "M", "name": "process_name", "pid": RANKS, "args": {"name": "ranks"}},
         ]
         self._ranks_named: set[int] = set()
-        self._inside: list[tuple[int, int, int, float, float, tuple]] = []  # rank, step, epoch, sent, back, times
+        # (rank, step, epoch, sent, back, the rank's own times) per round trip
+        self._inside: list[tuple[int, int, int, float, float, tuple]] = []
         self.shared_clock = False        # the ranks run on this host: their monotonic clock is ours
 
     def _us(self, t: float) -> float:

@@ -199,7 +199,8 @@ def _shard(body) -> list:
         raise WireError("malformed shard")
     snapshot = []
     for entry in body:
-        if type(entry) is not tuple or len(entry) != 2 or type(entry[0]) is not int or type(entry[1]) is not tuple:
+        if (type(entry) is not tuple or len(entry) != 2 or type(entry[0]) is not int
+                or type(entry[1]) is not tuple):
             raise WireError("malformed shard page")
         layers = []
         for layer in entry[1]:

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Sequence
 
 import pytest
-
 from procs import all_gone
 
 REPO = Path(__file__).resolve().parent.parent

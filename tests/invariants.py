@@ -13,7 +13,6 @@ package if the instance does not carry it).
 """
 from __future__ import annotations
 
-
 import engine as engine_pkg
 from engine import State
 

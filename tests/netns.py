@@ -32,7 +32,6 @@ import sys
 import time
 
 import pytest
-
 from procs import gone, wait_until
 
 NET = "192.0.2"

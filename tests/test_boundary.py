@@ -3,8 +3,17 @@ and a refused result commits nothing."""
 import pytest
 
 import engine
-from engine import (BoundaryViolation, Engine, ExecutionPlan, ExecutionResult, ItemOutcome,
-                    LocalGroup, PlanItem, load_workload, run_workload)
+from engine import (
+    BoundaryViolation,
+    Engine,
+    ExecutionPlan,
+    ExecutionResult,
+    ItemOutcome,
+    LocalGroup,
+    PlanItem,
+    load_workload,
+    run_workload,
+)
 from engine.boundary import build_plan, validate
 from engine.request import Request
 from engine.workload import RequestSpec

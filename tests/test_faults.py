@@ -30,12 +30,12 @@ import time
 from pathlib import Path
 
 import pytest
+from invariants import check_invariants
+from procs import gone, wait_until
 
 import inferris_dist
 from engine import BoundaryViolation, EngineError, GroupViolation, RankLost, run_workload
 from engine.errors import ShardDivergence
-from procs import gone, wait_until
-from invariants import check_invariants
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "tests" / "data" / "golden" / "demo.spec.json"

@@ -4,8 +4,17 @@ from pathlib import Path
 
 import pytest
 
-from engine import (Engine, ExecutionResult, GroupViolation, ItemOutcome, LocalGroup,
-                    RankExecutionResult, join, load_workload, run_workload)
+from engine import (
+    Engine,
+    ExecutionResult,
+    GroupViolation,
+    ItemOutcome,
+    LocalGroup,
+    RankExecutionResult,
+    join,
+    load_workload,
+    run_workload,
+)
 from engine.boundary import build_plan
 from engine.request import Request
 from engine.shard import first_mismatch

@@ -14,8 +14,8 @@ import stat
 import subprocess
 
 import pytest
-
 from external import CLI, ENV, REPO, Scheduler, exit_line, long_spec, run_json, start_worker
+
 from inferris_dist.keys import ClientKeys, KeyFileError, ServerKeys, write_keys
 from inferris_dist.placement import LAUNCHERS, PlacementError, place
 
@@ -422,10 +422,11 @@ def test_a_replacement_started_early_knocks_until_it_is_let_in(tmp_path, keys, p
 def test_a_member_gone_before_ready_does_not_sink_the_join(tmp_path, keys, procs):
     """A holder of rank 0's key says HELLO and hangs up: the scheduler notes it and keeps
     waiting; the real rank 0 then joins and the run is the run."""
+    import zmq
+
     from inferris_dist import wire
     from inferris_dist.keys import ClientKeys
     from inferris_dist.wire import MsgType
-    import zmq
     n = 2
     want = run_json(LONG, "--world-size", n)
     log = tmp_path / "wire.jsonl"

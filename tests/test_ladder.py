@@ -10,13 +10,13 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
+from external import CLI, ENV
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import inferris_dist
 from engine import Engine, load_workload, trace_lines
 from engine.rungs import NAMES, RUNGS
-from external import CLI, ENV
 from inferris_dist import cli
 from inferris_dist.cmd_ladder import climb
 
@@ -25,7 +25,8 @@ pytestmark = pytest.mark.timeout(120)
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "data" / "golden"
 LADDER = GOLDEN / "ladder"
-LADDER_CASES = sorted(tuple(p.name[:-len(".trace.jsonl")].rsplit(".", 1)) for p in LADDER.glob("*.trace.jsonl"))
+LADDER_CASES = sorted(tuple(p.name[:-len(".trace.jsonl")].rsplit(".", 1))
+                      for p in LADDER.glob("*.trace.jsonl"))
 # the rung "full" is the whole engine: its traces are the main goldens
 CASES = sorted(LADDER_CASES + [(c, "full") for c in {c for c, _ in LADDER_CASES}])
 

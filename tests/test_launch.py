@@ -26,14 +26,13 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import all_gone, gone
 
 import inferris_dist
-from engine import EngineError, ExecutionPlan, LocalGroup, PlanItem, load_workload, run_workload
-from engine import Engine
+from engine import Engine, EngineError, ExecutionPlan, LocalGroup, PlanItem, load_workload, run_workload
 from inferris_dist import wire
 from inferris_dist.wire import MsgType, to_jsonable
 from inferris_dist.workloads import DEMO
-from procs import all_gone, gone
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "data" / "golden"

@@ -67,5 +67,6 @@ def test_a_fresh_worker_loads_only_what_a_rank_needs():
     assert {"engine.rank", "engine.shard", "engine.messages", "inferris_dist.wire"} <= loaded
     assert not loaded & CONTROL_PLANE, f"a worker loads the control plane: {sorted(loaded & CONTROL_PLANE)}"
     assert not any(m.startswith("asyncio") for m in json.loads(subprocess.run(
-        [sys.executable, "-c", "import json, sys, inferris_dist.worker; print(json.dumps(list(sys.modules)))"],
+        [sys.executable, "-c",
+         "import json, sys, inferris_dist.worker; print(json.dumps(list(sys.modules)))"],
         capture_output=True, text=True, timeout=30, cwd=REPO).stdout))

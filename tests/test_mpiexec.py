@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from external import CLI, ENV, Scheduler, run_json, stop_all
+
 from inferris_dist.keys import write_keys
 
 pytestmark = pytest.mark.timeout(90)

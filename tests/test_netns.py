@@ -7,7 +7,6 @@ import sys
 import time
 
 import pytest
-
 from netns import NETNS_SKIP, Hosts
 from procs import gone, wait_until
 

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from external import Scheduler, exit_line, long_spec, run_json, start_worker, stop_all
 from netns import NETNS_SKIP, Hosts
 

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from external import CLI, ENV
 
 pytestmark = pytest.mark.timeout(60)
@@ -61,7 +60,8 @@ def test_every_key_of_the_engine_is_documented_in_the_readme_and_in_run_help():
 
 
 @pytest.mark.parametrize("request_,words", [
-    ({"id": "a", "prompt_len": 3, "max_new_tokens": 2}, "unknown key 'id' in request 0; did you mean 'request_id'?"),
+    ({"id": "a", "prompt_len": 3, "max_new_tokens": 2},
+     "unknown key 'id' in request 0; did you mean 'request_id'?"),
     ({"request_id": "a", "prompt_len": 3, "max_new": 2},
      "unknown key 'max_new' in request 0; did you mean 'max_new_tokens'?"),
     ({"request_id": "a", "promt_len": 3, "max_new_tokens": 2}, "did you mean 'prompt_len'?"),

@@ -14,13 +14,21 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from external import CLI, ENV
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import engine
-from engine import (Engine, EngineError, Irreducible, NeverFits, OutOfPages, State,
-                    expand_placements, pages_needed)
-from external import CLI, ENV
+from engine import (
+    Engine,
+    EngineError,
+    Irreducible,
+    NeverFits,
+    OutOfPages,
+    State,
+    expand_placements,
+    pages_needed,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -402,7 +410,8 @@ def test_a_request_leaves_the_batch_the_step_it_finishes(w):
         done_at = {}
         for s in steps:
             for rid in s.trace.scheduled + s.trace.admitted + list(s.trace.executed):
-                assert rid not in done_at, f"{rid} finished at step {done_at.get(rid)}, back at {s.trace.step}"
+                assert rid not in done_at, (f"{rid} finished at step {done_at.get(rid)}, "
+                                            f"back at {s.trace.step}")
             for rid in s.trace.finished:
                 assert rid not in done_at
                 done_at[rid] = s.trace.step

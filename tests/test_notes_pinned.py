@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from external import CLI, ENV
+
 from inferris_dist.mechanisms import MECHANISMS
 
 pytestmark = pytest.mark.timeout(120)

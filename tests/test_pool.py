@@ -4,7 +4,6 @@ import pytest
 from engine import CACHE, Engine, PagePool, pages_needed
 from engine.shard import SlotStore, first_mismatch
 
-
 # -- free list --------------------------------------------------------------------------------
 
 def test_free_list_starts_ascending():
@@ -188,6 +187,7 @@ def test_slot_store_matches_a_per_slot_model_under_random_writes():
     """Layers are an encoding of one slot array: any write order gives the same slots,
     one layer per (writer, base), and the shard audit sees no difference where there is none."""
     import random
+
     from engine.shard import SlotStore, first_mismatch
     for trial in range(1500):
         rng = random.Random(trial)

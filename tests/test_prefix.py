@@ -1,7 +1,6 @@
 """Prefix keys and the radix cache (SPEC §2)."""
 from engine.prefix import ROOT_KEY, KeyTable, RadixCache
 
-
 # -- KeyTable --------------------------------------------------------------------------------
 
 def test_only_complete_blocks_have_keys():

@@ -15,10 +15,10 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from engine import Engine, EngineError, LocalGroup, load_workload, run_workload
 from invariants import check_invariants
 from naive_reference import naive_run
+
+from engine import Engine, EngineError, LocalGroup, load_workload, run_workload
 
 TOKEN_POOL = st.integers(min_value=0, max_value=3)
 

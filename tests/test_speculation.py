@@ -4,9 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import Engine, PagePool, State, load_workload, run_workload, verdict
+from engine import Engine, PagePool, State, load_workload, run_workload, speculation, verdict
 from engine.request import Request
-from engine import speculation
 from engine.speculation import draft_len, resolve
 from engine.workload import RequestSpec
 

@@ -12,11 +12,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from procs import all_gone, gone
 
 import inferris_dist
 from engine import load_workload, run_workload, trace_lines
 from launcher import Template, fork_workers, stop_workers
-from procs import all_gone, gone
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -30,14 +30,22 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import (Engine, EngineError, ExecutionPlan, ItemOutcome, PlanItem, accept_scripts,
-                    load_workload, run_workload)
+from engine import (
+    Engine,
+    EngineError,
+    ExecutionPlan,
+    ItemOutcome,
+    PlanItem,
+    accept_scripts,
+    load_workload,
+    run_workload,
+)
 from engine.shard import SlotStore
 from inferris_dist import wire
-from inferris_dist.group import ProcessGroup
 from inferris_dist.entry import DistributedEngine, launch
-from inferris_dist.observe import WireLog
 from inferris_dist.gate import NOTED_PER_PEER
+from inferris_dist.group import ProcessGroup
+from inferris_dist.observe import WireLog
 from inferris_dist.wire import MsgType, WireError
 
 GOLDEN = Path(__file__).parent / "data" / "golden"

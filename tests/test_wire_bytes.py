@@ -1,0 +1,71 @@
+"""The wire pinned byte for byte: a few fixed messages of every shape and their exact bytes.
+
+Messages are NamedTuples encoded as msgpack arrays, so the protocol is the fields' order:
+reorder a field of a plan item and every round-trip test still passes while every peer
+of the old order breaks. These pins fail instead. A change of format is then on purpose:
+bump wire.PROTOCOL_VERSION and re-pin (the expected bytes below, and the version)."""
+from __future__ import annotations
+
+import pytest
+
+from engine.messages import ExecutionPlan, ItemOutcome, PlanItem
+from inferris_dist import wire
+from inferris_dist.wire import MsgType
+
+pytestmark = pytest.mark.timeout(30)
+
+PLAN = ExecutionPlan(5, (PlanItem("r0", 6, 3, 2, True, 1, (4, 5)), PlanItem("r1", 0, 4, 0, False, 0, (6,))))
+OUTCOMES = (ItemOutcome("r0", 6, 3, 1, (4, 5)), ItemOutcome("r1", 0, 4, 0, (6,)))
+CONFIG = wire.Config(8, 4, {"r2": (1, 2)}, [(3, [("r0", 4, 0b1011)])], ["1:crash@3"])
+SHARD = [(3, [("r0", 4, 0b1011)])]
+
+PINNED = [
+    # (name, kind or None for a header, the message, its exact bytes in hex)
+    ("header", None, (MsgType.PLAN, 1, 7, 2, 4), "96020401070204"),
+    ("hello", MsgType.HELLO, wire.Hello(4242, b"\x01" * 4), "92cd1092c40401010101"),
+    ("config", MsgType.CONFIG, CONFIG,
+     "95080481a272329201029192039193a2723004c4010b91a9313a63726173684033"),
+    ("plan", MsgType.PLAN, PLAN, "92059297a27230060302c30192040597a27231000400c2009106"),
+    ("result", MsgType.RESULT, OUTCOMES, "9295a2723006030192040595a272310004009106"),
+    ("shard", MsgType.SHARD, SHARD, "9192039193a2723004c4010b"),
+    ("refused", MsgType.REFUSED, ("go away",), "91a7676f2061776179"),
+    ("ready", MsgType.READY, (), "90"),
+]
+
+
+def test_the_protocol_version_is_the_pinned_one():
+    assert wire.PROTOCOL_VERSION == 2, "the format changed: re-pin every message below"
+
+
+@pytest.mark.parametrize("name,kind,message,hexed", PINNED, ids=[p[0] for p in PINNED])
+def test_a_message_encodes_to_its_pinned_bytes(name, kind, message, hexed):
+    if kind is None:
+        assert wire.encode_header(*message).hex() == hexed
+    else:
+        assert wire.encode_body(kind, message).hex() == hexed
+
+
+@pytest.mark.parametrize("name,kind,message,hexed", PINNED, ids=[p[0] for p in PINNED])
+def test_pinned_bytes_decode_to_the_message(name, kind, message, hexed):
+    frame = bytes.fromhex(hexed)
+    if kind is None:
+        header = wire.decode_header(frame)
+        assert (header.version, header.type, header.epoch, header.step, header.rank,
+                header.world_size) == (wire.PROTOCOL_VERSION, *message)
+    elif kind is MsgType.REFUSED:
+        assert wire.decode_body(kind, frame) == message[0]
+    elif kind is MsgType.CONFIG:
+        got = wire.decode_body(kind, frame)
+        assert got._replace(faults=tuple(got.faults)) == message._replace(faults=tuple(message.faults))
+    elif kind is MsgType.SHARD:
+        assert [(p, [tuple(layer) for layer in layers]) for p, layers in wire.decode_body(kind, frame)] \
+            == [(p, [tuple(layer) for layer in layers]) for p, layers in message]
+    else:
+        assert wire.decode_body(kind, frame) == message
+
+
+def test_the_timing_frame_is_pinned():
+    times = (1.0, 1.5, 2.0, 2.25)
+    hexed = "94cb3ff0000000000000cb3ff8000000000000cb4000000000000000cb4002000000000000"
+    assert wire.encode_timing(times).hex() == hexed
+    assert wire.decode_timing(bytes.fromhex(hexed)) == times
