@@ -35,12 +35,11 @@ def _is_int(v: Any) -> bool:
 
 def _is_message(obj: dict) -> bool:
     return (obj.get("dir") in ("in", "out") and isinstance(obj.get("type"), str)
-            and all(_is_int(obj.get(k)) for k in ("epoch", "step", "bytes"))
-            and (obj.get("rank") is None or _is_int(obj.get("rank"))))
+            and all(_is_int(obj.get(k)) for k in ("rank", "epoch", "step", "bytes")))
 
 
 def _records(path: str) -> Iterator[dict]:
-    name = shown(path)
+    name = shown(str(path))
     try:
         # A valid log is ASCII (json.dumps escapes the rest); a stray byte must not be a traceback.
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -51,9 +50,10 @@ def _records(path: str) -> Iterator[dict]:
                     obj = json.loads(line)
                 except (ValueError, RecursionError):
                     raise WorkloadError(f"{name} line {n}: not JSON") from None
-                if not isinstance(obj, dict) or not (isinstance(obj.get("event"), str) or _is_message(obj)):
+                if not isinstance(obj, dict) or not (isinstance(obj["event"], str) if "event" in obj
+                                                     else _is_message(obj)):
                     raise WorkloadError(f"{name} line {n}: neither a wire message nor an event")
-                if obj.get("type") in ("PLAN", "RESULT") and "event" not in obj and not _body_ok(obj):
+                if "event" not in obj and obj["type"] in ("PLAN", "RESULT") and not _body_ok(obj):
                     raise WorkloadError(f"{name} line {n}: malformed {obj['type']} body")
                 yield obj
     except OSError as e:
@@ -87,13 +87,14 @@ def _ranks(ranks: Any) -> str:
 def _event_line(ev: dict, style: Style) -> str:
     """One event, said once, in the words launch uses for it."""
     kind, g = ev["event"], ev.get
-    where = f"step {_txt(g('step'))}, epoch {_txt(g('epoch'))}"
+    where = ("during start-up" if g("step") is None
+             else f"at step {_txt(g('step'))}, epoch {_txt(g('epoch'))}")
     if kind == "rank-lost":
-        return PAD + style.red(f"! rank lost at {where}: {_txt(g('message'))}")
+        return PAD + style.red(f"! rank lost {where}: {_txt(g('message'))}")
     if kind == "step-failed":
-        return PAD + style.red(f"! {_txt(g('kind'))} at {where}: {_txt(g('message'))}")
+        return PAD + style.red(f"! {_txt(g('kind'))} {where}: {_txt(g('message'))}")
     if kind == "audit-failed":
-        return PAD + style.red(f"! audit failed after {where}: {_txt(g('message'))}")
+        return PAD + style.red(f"! audit failed {where}: {_txt(g('message'))}")
     if kind == "restart":
         return PAD + style.yellow(f"restart: {_ranks(g('ranks'))} into epoch {_txt(g('epoch'))} at step "
                                   f"{_txt(g('step'))}, shard of {_txt(g('shard_pages'))} pages")
@@ -132,83 +133,88 @@ class Attempt:
     items: list | int                       # the items (--step), or just how many (summary)
     ranks: list[int] = field(default_factory=list)
     results: dict[int, tuple[int, list]] = field(default_factory=dict)   # rank -> (bytes, outcomes)
-    failed: str = ""                        # a step-failed event's kind, a rank-lost verdict
-    lost: str = ""
-    lines: list[str] = field(default_factory=list)   # its events (--step)
+    failed: str = ""                        # what a step-failed or rank-lost event said of it
+    why: str = ""                           # that event's message
+    lines: list[str] = field(default_factory=list)   # its other events (--step)
+
+    def answered(self) -> bool:
+        return bool(self.ranks) and all(r in self.results for r in self.ranks)
 
     def verdict(self) -> str:
-        # RESULTs are logged only once every rank answered and decoded; the join alone can fail then.
-        if self.failed:
-            return self.failed
-        if self.ranks and all(r in self.results for r in self.ranks):
-            return "joined"
-        return self.lost or "no answer in the log"
+        # RESULTs are logged only once every rank answered and decoded: the join alone can fail then.
+        return self.failed or ("joined" if self.answered() else "no answer in the log")
 
 
 class Reader:
-    """The one pass over the log both views share; `keep` says which attempts keep detail."""
+    """The one pass both views share. The summary (step None) keeps a small record per attempt
+    and its event lines; --step K keeps only step K's attempts, whole."""
 
-    def __init__(self, path: str, keep, style: Style):
-        self.path, self.keep, self.style = path, keep, style
+    def __init__(self, path: str, step: int | None, style: Style):
+        self.path, self.step, self.style = path, step, style
         self.attempts: dict[tuple[int, int], Attempt] = {}
+        self.rows: list[Attempt | str] = []       # attempts and event lines, in the log's order
+        self.current: Attempt | None = None       # the attempt under way: a note is about it
         self.messages = self.sent = self.received = 0
         self.ranks: set[int] = set()
-        self.idle: list[tuple[int, int, str]] = []        # (first, last, line)
-        self.rows: list[Attempt | str] = []               # the summary, in the order things happened
+        self.steps: set[int] = set()              # planned (the summary's only: --step needs `last`)
+        self.idle_steps, self.last = 0, -1
+        self.idle: list[str] = []                 # the idle stretch holding step K, if it is one
 
-    def read(self) -> None:
-        current = None                                     # the attempt under way: notes are its
+    def read(self) -> "Reader":
         for obj in _records(self.path):
             if "event" in obj:
-                current = self._event(obj, current)
+                self._event(obj)
                 continue
             self.messages += 1
             self.sent += obj["bytes"] if obj["dir"] == "out" else 0
             self.received += obj["bytes"] if obj["dir"] == "in" else 0
-            if obj["rank"] is not None:
-                self.ranks.add(obj["rank"])
+            self.ranks.add(obj["rank"])
             if obj["type"] == "PLAN":
-                current = self._plan(obj)
+                self.last = max(self.last, obj["step"])
+                if self.step is None:
+                    self.steps.add(obj["step"])
+                self.current = self._plan(obj) if self.step in (None, obj["step"]) else None
             elif obj["type"] == "RESULT" and _key(obj) in self.attempts:
-                a = self.attempts[_key(obj)]
-                a.results[obj["rank"]] = (obj["bytes"], obj["body"] if self.keep(a.step) else [])
+                body = obj["body"] if self.step is not None else None   # the summary needs sizes only
+                self.attempts[_key(obj)].results[obj["rank"]] = (obj["bytes"], body)
         if not self.messages:
-            raise WorkloadError(f"{shown(self.path)}: no messages in the log")
+            raise WorkloadError(f"{shown(str(self.path))}: no messages in the log")
+        return self
 
     def _plan(self, msg: dict) -> Attempt:
         a = self.attempts.get(_key(msg))
-        items = msg["body"]["items"]
-        if a is None:
-            a = Attempt(msg["step"], msg["epoch"], msg["bytes"],
-                        items if self.keep(msg["step"]) else len(items))
+        if a is None:                             # every rank gets the same plan bytes: keep one
+            items = msg["body"]["items"]
+            a = Attempt(msg["step"], msg["epoch"], msg["bytes"], len(items) if self.step is None else items)
             self.attempts[_key(msg)] = a
             self.rows.append(a)
-        elif self.keep(a.step) and items != a.items:       # never by construction: say so if it was
-            a.lines.append(PAD + self.style.red(f"! rank {msg['rank']} got a different plan"))
         a.ranks.append(msg["rank"])
         return a
 
-    def _event(self, ev: dict, current: Attempt | None) -> Attempt | None:
+    def _event(self, ev: dict) -> None:
         line = _event_line(ev, self.style)
-        if ev["event"] == "idle":
-            first, last = ev.get("first"), ev.get("last")
-            if _is_int(first) and _is_int(last) and first <= last:
-                self.idle.append((first, last, line))
-        at = self.attempts.get(_key(ev)) if _key(ev) else current
-        if ev["event"] == "step-failed" and at is not None:
-            at.failed = _txt(ev.get("kind"))
-        elif ev["event"] == "rank-lost" and at is not None:
-            at.lost = _lost(ev)
-        if at is not None and self.keep(at.step):
-            at.lines.append(line)
-        self.rows.append(line)
-        return current
-
-    def steps(self) -> int:
-        return len({a.step for a in self.attempts.values()}) + sum(b - a + 1 for a, b, _ in self.idle)
-
-    def last_step(self) -> int | None:
-        return max([a.step for a in self.attempts.values()] + [b for _, b, _ in self.idle], default=None)
+        first, last = ev.get("first"), ev.get("last")
+        if ev["event"] == "idle" and _is_int(first) and _is_int(last) and first <= last:
+            self.idle_steps += last - first + 1
+            self.last = max(self.last, last)
+            if self.step is not None and first <= self.step <= last:
+                self.idle.append(line)
+        # The verdict of the attempt it names; a rank lost after every rank answered was lost
+        # in the audit that followed: an event, not the verdict.
+        at = self.attempts.get(_key(ev)) if _key(ev) else None
+        if at is not None and (ev["event"] == "step-failed"
+                               or ev["event"] == "rank-lost" and not at.answered()):
+            at.failed = _txt(ev.get("kind")) if ev["event"] == "step-failed" else _lost(ev)
+            at.why = _txt(ev.get("message"))
+            if self.step is not None:
+                return                            # --step says it on the join line
+        if self.step is None:
+            self.rows.append(line)
+        # Under step K: the events naming step K (a restart names the step it repeats), and
+        # those naming no step (a note) that came while one of step K's attempts was under way.
+        elif self.rows and (ev.get("step") == self.step if _is_int(ev.get("step"))
+                            else self.current is not None):
+            self.rows[-1].lines.append(line)
 
 
 # -- the summary: one line per attempt -------------------------------------------------------
@@ -216,10 +222,19 @@ class Reader:
 def _aligned(header: tuple, rows: list[tuple], right: set[int]):
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
 
-    def fmt(row: tuple) -> str:
-        return "  ".join(v.rjust(w) if i in right else v.ljust(w)
-                         for i, (v, w) in enumerate(zip(row, widths))).rstrip()
+    def fmt(row: tuple, strip: bool = True) -> str:
+        line = "  ".join(v.rjust(w) if i in right else v.ljust(w)
+                         for i, (v, w) in enumerate(zip(row, widths)))
+        return line.rstrip() if strip else line
     return fmt
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def _painted(verdict: str, style: Style, why: str = "") -> str:
+    return (style.green if verdict == "joined" else style.red)(verdict + (f": {why}" if why else ""))
 
 
 def _result_bytes(a: Attempt) -> str:
@@ -233,53 +248,49 @@ def _result_bytes(a: Attempt) -> str:
 
 
 def _summary(path: str, style: Style) -> list[str]:
-    log = Reader(path, keep=lambda step: False, style=style)
-    log.read()
-    cells = {id(a): (str(a.step), str(a.epoch), str(a.items), f"{human_bytes(a.plan_bytes)} x{len(a.ranks)}",
-                     _result_bytes(a)) for a in log.attempts.values()}
-    fmt = _aligned(("step".rjust(STEP_WIDTH), "epoch", "items", "plan", "result"),
-                   list(cells.values()), {0, 1, 2})
-    lines = [style.dim(fmt(("step".rjust(STEP_WIDTH), "epoch", "items", "plan", "result")) + "  verdict")]
+    log = Reader(path, None, style).read()
+    cells = {id(a): (str(a.step), str(a.epoch), str(a.items),
+                     f"{human_bytes(a.plan_bytes)} x{len(a.ranks)}", _result_bytes(a))
+             for a in log.attempts.values()}
+    header = ("step".rjust(STEP_WIDTH), "epoch", "items", "plan", "result")
+    fmt = _aligned(header, list(cells.values()), {0, 1, 2})
+    lines = [style.dim(fmt(header, strip=False) + "  verdict")]
     for row in log.rows:
         if isinstance(row, str):
             lines.append(row)
             continue
-        verdict = row.verdict()
-        lines.append(fmt(cells[id(row)]) + "  " + (style.green if verdict == "joined" else style.red)(verdict))
-    n = len(log.ranks)
-    lines.append(f"{log.messages} messages, {human_bytes(log.sent)} out, {human_bytes(log.received)} in; "
-                 f"{log.steps()} steps in {len(log.attempts)} attempts; {n} rank{'s' * (n != 1)}")
+        lines.append(fmt(cells[id(row)], strip=False) + "  " + _painted(row.verdict(), style))
+    steps = len(log.steps) + log.idle_steps
+    lines.append(f"{_count(log.messages, 'message')}, {human_bytes(log.sent)} out, "
+                 f"{human_bytes(log.received)} in; {_count(steps, 'step')} in "
+                 f"{_count(len(log.attempts), 'attempt')}; {_count(len(log.ranks), 'rank')}")
     return lines
 
 
 # -- one step: its plan, every rank's result, the join, per attempt ----------------------------
 
 def _one_step(path: str, step: int, style: Style) -> list[str]:
-    log = Reader(path, keep=lambda s: s == step, style=style)
-    log.read()
-    attempts = [a for a in log.attempts.values() if a.step == step]
-    idle = [line for first, last, line in log.idle if first <= step <= last]
-    if not attempts and not idle:
-        last = log.last_step()
-        known = "no steps" if last is None else f"steps 0..{last}"
-        raise WorkloadError(f"{shown(path)}: no step {step} in the log ({known})")
-    lines = list(idle)
+    log = Reader(path, step, style).read()
+    attempts = list(log.attempts.values())
+    if not attempts and not log.idle:
+        known = "no steps" if log.last < 0 else f"steps 0..{log.last}"
+        raise WorkloadError(f"{shown(str(path))}: no step {step} in the log ({known})")
+    lines = list(log.idle)
     for a in attempts:
-        n = len(a.items)
-        lines.append(style.bold(f"step {a.step}, epoch {a.epoch}") + f": plan of {n} item{'s' * (n != 1)}, "
-                     f"{human_bytes(a.plan_bytes)} to {_ranks(sorted(a.ranks))}")
+        plan = f"{_count(len(a.items), 'item')}, {human_bytes(a.plan_bytes)} to {_ranks(sorted(a.ranks))}"
+        lines.append(style.bold(f"step {a.step}, epoch {a.epoch}") + f": plan of {plan}")
         lines += _plan_table(a.items, style) + _result_table(a, style)
-        verdict = a.verdict()
-        lines.append(PAD + "join: " + (style.green if verdict == "joined" else style.red)(verdict))
+        lines.append(PAD + "join: " + _painted(a.verdict(), style, a.why))
         lines += a.lines
     return lines
 
 
 def _plan_table(items: list[dict], style: Style) -> list[str]:
     header = ("item", "request", "start", "tokens", "draft", "decode", "verdict", "pages")
-    rows = [(str(i), _txt(it.get("request_id")), _txt(it.get("start_position")), _txt(it.get("num_tokens")),
-             _txt(it.get("draft_len")), {True: "yes", False: "no"}.get(it.get("decode"), _txt(it.get("decode"))),
-             _txt(it.get("verdict_index")), _txt(it.get("placements"))) for i, it in enumerate(items)]
+    yes_no = {True: "yes", False: "no"}
+    rows = [(str(i), *(_txt(it.get(k)) for k in ("request_id", "start_position", "num_tokens", "draft_len")),
+             yes_no.get(it.get("decode")) or _txt(it.get("decode")), _txt(it.get("verdict_index")),
+             _txt(it.get("placements"))) for i, it in enumerate(items)]
     fmt = _aligned(header, rows, {0, 2, 3, 4, 6})
     return [PAD + style.dim(fmt(header))] + [PAD + fmt(r) for r in rows]
 
@@ -287,8 +298,10 @@ def _plan_table(items: list[dict], style: Style) -> list[str]:
 def _result_table(a: Attempt, style: Style) -> list[str]:
     """Per rank, per outcome; a rank that answered exactly as the first one did says so."""
     header = ("rank", "bytes", "request", "start", "ran", "accepted", "writes")
+    if not a.results:
+        return [PAD + "results: none in the log"]
     rows, free = [], {}                    # free: row index -> text that spans the outcome columns
-    first = min(a.results, default=None)
+    first = min(a.results)
     for rank in sorted(set(a.ranks) | set(a.results)):
         size, outcomes = a.results.get(rank, (None, None))
         if outcomes is None or (rank != first and outcomes == a.results[first][1]) or not outcomes:
