@@ -117,11 +117,11 @@ def run_with_a_terminal_for_stderr(args) -> tuple[int, bytes, str]:
     return proc.wait(30), got, ""
 
 
-@pytest.mark.parametrize("command", ["run", "launch"])
-def test_progress_shows_on_a_terminal_and_is_erased(tmp_path, command):
-    spec = tmp_path / "long.json"
-    spec.write_text(json.dumps({"engine": {"max_step_tokens": 2, "page_size": 64, "num_pages": 64},
-                                "requests": [{"request_id": "q", "prompt_len": 4, "max_new_tokens": 3000}]}))
+@pytest.mark.parametrize("command,steps", [("run", 30000), ("launch", 3000)])
+def test_progress_shows_on_a_terminal_and_is_erased(tmp_path, command, steps):
+    spec = tmp_path / "long.json"                     # long enough to outlast a redraw or two
+    spec.write_text(json.dumps({"engine": {"max_step_tokens": 2, "page_size": 1024, "num_pages": 64},
+                                "requests": [{"request_id": "q", "prompt_len": 4, "max_new_tokens": steps}]}))
     status, err, _ = run_with_a_terminal_for_stderr([command, "--spec", spec, "--json"])
     assert status == 0
     assert b"finished" in err and b"steps/s" in err, err[-200:]
