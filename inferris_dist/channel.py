@@ -90,6 +90,7 @@ class RankChannel:
         self.address = ""
         self.curve = False
         self.timing = False             # ask the ranks for their own times (launch --timeline)
+        self.blamed: set[int] = set()   # ranks a failure was blamed on (not asked politely at the end)
         self.members: dict[int, Member] = {}
         self.rank_of: dict[bytes, int] = {}
         self.retired: OrderedDict[bytes, tuple[int, int, str]] = OrderedDict()  # ident -> rank, epoch, why
@@ -147,6 +148,7 @@ class RankChannel:
         self.members[member.rank] = member
         self.rank_of[member.identity] = member.rank
         self._dead.discard(member.rank)
+        self.blamed.discard(member.rank)        # a new member, blameless
 
     def retire(self, rank: int, why: str) -> Member | None:
         """Rank `rank` has no member any more; its connection is remembered, to be told to exit."""
@@ -386,6 +388,7 @@ class RankChannel:
         if self.last_record is not None and self.last_record.step == step:
             self.last_record.verdict = f"{who} lost ({reason})"
         ranks = tuple(range(self.world_size)) if rank is None else (rank, *also)
+        self.blamed.update(ranks)
         step = None if step < 0 else step
         if self.log:
             self.log.event("rank-lost", rank=rank, ranks=list(ranks), step=step, epoch=self.epoch,

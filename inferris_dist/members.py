@@ -102,10 +102,14 @@ class Spawned:
             self.channel.retire(w.rank, "stopped")
 
     def close(self) -> None:
-        workers = list(self.workers.values())
-        if workers:
-            stop_workers(workers, polite=lambda: _send_stop(self.channel, [w.rank for w in workers
-                                                                            if w.alive()]),
+        """Healthy workers are asked to stop and given a second; those a failure was blamed on
+        (dead, hung, lying) are not waited for: they get SIGTERM, then SIGKILL, at once."""
+        lost = [w for w in self.workers.values() if w.rank in self.channel.blamed or not w.alive()]
+        healthy = [w for w in self.workers.values() if w not in lost]
+        if lost:
+            stop_workers(lost, grace=0.0, term_wait=0.5)
+        if healthy:
+            stop_workers(healthy, polite=lambda: _send_stop(self.channel, [w.rank for w in healthy]),
                          grace=1.0, term_wait=1.0)
         self.workers = {}
         if self.template is not None:
