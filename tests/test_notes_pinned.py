@@ -67,7 +67,7 @@ def test_every_invariant_is_pinned_by_a_test_and_every_pin_names_one():
 
 def see_it(m) -> list[str]:
     text = m.note.read_text()
-    block = re.search(r"## See it\s*\n+```[a-z]*\n(.*?)```", text, re.S)
+    block = re.search(r"## See it\n.*?```[a-z]*\n(.*?)```", text, re.S)
     assert block, f"{m.note.name}: no code block under 'See it'"
     return [line for line in block.group(1).splitlines() if line.strip()]
 
