@@ -58,17 +58,17 @@ __all__ = [
     "StepTrace",
     "Workload", "WorkloadError", "accept_scripts", "expand_placements", "join", "load_workload",
     "page_spans", "pages_needed", "parse_workload", "placement_pages", "run_workload", "trace_json_lines",
-    "trace_lines", "trace_objects", "verdict",
+    "trace_dicts", "trace_objects", "verdict",
 ]
 
 
 def run_workload(workload, executor=None) -> list[dict]:
     """Run to the end; the SPEC §4 lines as dicts (the steps, then summary or error)."""
     from .step import Engine
-    return trace_lines(Engine(workload, executor))
+    return trace_dicts(Engine(workload, executor))
 
 
-def trace_lines(engine) -> list[dict]:
+def trace_dicts(engine) -> list[dict]:
     """Run an engine to the end; its SPEC §4 lines (the steps, then the summary or the error)."""
     return list(trace_objects(engine))
 

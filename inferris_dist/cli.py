@@ -29,7 +29,7 @@ from .cliargs import (
 from .faults import POLICIES, parse_faults
 from .mechanisms import MECHANISMS
 from .mechanisms import find as find_mechanism
-from .workloads import REQUEST_FORMAT, WORKLOAD_HELP, workload_from_flags
+from .workload_source import REQUEST_FORMAT, WORKLOAD_HELP, workload_from_flags
 
 
 def add_workload_flags(p: argparse.ArgumentParser) -> None:
@@ -225,14 +225,14 @@ def cmd_mechs(args) -> int:
     return EXIT_OK
 
 
-def cmd_launch_(args) -> int:
+def cmd_launch(args) -> int:
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
     if args.audit_every < 0:
         raise UsageError("inferris-dist launch: --audit-every must be >= 0")
     if args.max_restarts < 0:
         raise UsageError("inferris-dist launch: --max-restarts must be >= 0")
-    from . import cmd_launch  # the executor on processes: only when it is used
-    return cmd_launch.run_launch(workload, name, args)
+    from . import cmd_launch as launching  # the executor on processes: only when it is used
+    return launching.run_launch(workload, name, args)
 
 
 def cmd_keys(args) -> int:
@@ -249,7 +249,7 @@ def cmd_keys(args) -> int:
 
 def cmd_ladder(args) -> int:
     from .cmd_ladder import run_ladder
-    from .workloads import LADDER_DEMO
+    from .workload_source import LADDER_DEMO
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args),
                                          default=LADDER_DEMO, default_name="ladder demo")
     return run_ladder(workload, name, args.json)
@@ -262,11 +262,11 @@ def cmd_inspect(args) -> int:
 
 def cmd_compare(args) -> int:
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
-    from . import cmd_launch
-    return cmd_launch.run_compare(workload, name, args)
+    from . import cmd_launch as launching
+    return launching.run_compare(workload, name, args)
 
 
-COMMANDS = {"run": cmd_run, "demo": cmd_demo, "mechs": cmd_mechs, "launch": cmd_launch_,
+COMMANDS = {"run": cmd_run, "demo": cmd_demo, "mechs": cmd_mechs, "launch": cmd_launch,
             "compare": cmd_compare, "keys": cmd_keys, "ladder": cmd_ladder,
             "inspect": cmd_inspect}
 

@@ -8,7 +8,7 @@ import time
 
 import zmq
 
-from engine import Engine, EngineError, WorkloadError, trace_lines
+from engine import Engine, EngineError, WorkloadError, trace_dicts
 
 from . import render
 from .channel import machine_failure
@@ -221,7 +221,7 @@ def _alive(pid: int) -> bool:
 def distributed_lines(workload, options: LaunchOptions) -> list[dict]:
     try:
         with launch(workload, options=options) as engine:
-            return trace_lines(engine)
+            return trace_dicts(engine)
     except EngineError as e:        # the workers did not start
         return [e.to_json()]
 
@@ -231,7 +231,7 @@ def run_compare(workload, name: str, args) -> int:
     traces, or the first difference; when a side failed, which side, how, where."""
     if args.audit_every < 0 or args.max_restarts < 0:
         raise WorkloadError("--audit-every and --max-restarts must be >= 0")
-    local = trace_lines(Engine(workload, rung=args.rung))
+    local = trace_dicts(Engine(workload, rung=args.rung))
     options = LaunchOptions(step_timeout=args.step_timeout, faults=args.fault,
                             audit_every=args.audit_every, on_rank_loss=args.on_rank_loss,
                             max_restarts=args.max_restarts, rung=args.rung)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import inferris_dist
-from engine import Engine, load_workload, trace_lines
+from engine import Engine, load_workload, trace_dicts
 from engine.rungs import NAMES, RUNGS
 from inferris_dist import cli
 from inferris_dist.cmd_ladder import climb
@@ -52,7 +52,7 @@ def test_every_rung_has_its_goldens():
 
 @pytest.mark.parametrize("case,rung", CASES, ids=[f"{c}.{r}" for c, r in CASES])
 def test_ladder_golden_through_the_library(case, rung):
-    got = trace_lines(Engine(load_workload(spec(case)), rung=rung))
+    got = trace_dicts(Engine(load_workload(spec(case)), rung=rung))
     assert comparable(got) == comparable(golden(case, rung))
 
 
@@ -77,7 +77,7 @@ def test_ladder_golden_on_processes(case, rung):
     workload = load_workload(spec(case))
     try:
         with inferris_dist.launch(workload, rung=rung, step_timeout=30) as engine:
-            got = trace_lines(engine)
+            got = trace_dicts(engine)
     except Exception as e:          # the workers did not start: a failure of this test
         pytest.fail(f"launch failed: {e}")
     assert comparable(got) == comparable(golden(case, rung))
@@ -110,9 +110,9 @@ def workloads(draw):
 @given(workloads(), st.sampled_from(NAMES))
 def test_every_rung_ends_alike_in_process_and_on_processes(raw, rung):
     workload = load_workload(raw)
-    local = trace_lines(Engine(workload, rung=rung))
+    local = trace_dicts(Engine(workload, rung=rung))
     with inferris_dist.launch(workload, rung=rung, step_timeout=30) as engine:
-        remote = trace_lines(engine)
+        remote = trace_dicts(engine)
     assert comparable(remote) == comparable(local)
 
 

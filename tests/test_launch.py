@@ -32,7 +32,7 @@ import inferris_dist
 from engine import Engine, EngineError, ExecutionPlan, LocalGroup, PlanItem, load_workload, run_workload
 from inferris_dist import wire
 from inferris_dist.wire import MsgType, to_jsonable
-from inferris_dist.workloads import DEMO
+from inferris_dist.workload_source import DEMO
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "data" / "golden"

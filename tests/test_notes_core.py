@@ -159,7 +159,7 @@ def bounded(lines):
     return out
 
 
-def trace_lines(eng) -> list[dict]:
+def trace_dicts(eng) -> list[dict]:
     """The SPEC §4 lines of a run (the steps, then the summary or the error), bounded."""
     return bounded(engine.trace_objects(eng))
 
@@ -235,7 +235,7 @@ def test_steps_count_from_zero_and_the_run_ends_with_the_last_finish(w):
 
 @pytest.mark.invariant("engine-loop/1")
 def test_a_workload_without_requests_has_no_step():
-    assert trace_lines(Engine({"requests": []}, rung="00")) == [{"summary": []}]
+    assert trace_dicts(Engine({"requests": []}, rung="00")) == [{"summary": []}]
 
 
 @pytest.mark.invariant("engine-loop/2")
@@ -301,7 +301,7 @@ def test_generated_counts_token_samples_and_the_finish_reason_follows(w):
 @pytest.mark.invariant("engine-loop/4")
 def test_eos_after_zero_finishes_on_the_prompt_step_with_nothing_generated():
     w = {"requests": [{"request_id": "x", "prompt_len": 3, "max_new_tokens": 4, "eos_after": 0}]}
-    lines = trace_lines(Engine(w, rung="00"))
+    lines = trace_dicts(Engine(w, rung="00"))
     assert lines[0]["sampled"] == {"x": "EOS"} and lines[0]["finished"] == {"x": "EOS"}
     assert lines[-1]["summary"][0]["generated"] == 0
 
@@ -383,7 +383,7 @@ def test_at_every_rung_the_batch_is_running_requests_in_request_order(w):
 
 @pytest.mark.invariant("continuous-batching/2")
 def test_a_late_request_joins_a_batch_that_is_mid_decode():
-    steps = trace_lines(Engine(golden("continuous_batching"), rung="01"))
+    steps = trace_dicts(Engine(golden("continuous_batching"), rung="01"))
     # a decodes alone; b and c arrive at step 2 and run beside it that very step
     assert steps[1]["scheduled"] == ["a"]
     assert steps[2]["admitted"] == ["b", "c"] and steps[2]["scheduled"] == ["a", "b", "c"]
@@ -438,10 +438,10 @@ def test_rung_01_traces_equal_rung_00(w):
 @PROPERTY
 @given(workloads())
 def test_without_a_budget_a_request_runs_as_if_alone(w):
-    together = trace_lines(Engine(copy.deepcopy(w), rung="01"))[:-1]
+    together = trace_dicts(Engine(copy.deepcopy(w), rung="01"))[:-1]
     for spec in w["requests"]:
         rid = spec["request_id"]
-        alone = trace_lines(Engine({"engine": w["engine"], "requests": [spec]}, rung="01"))[:-1]
+        alone = trace_dicts(Engine({"engine": w["engine"], "requests": [spec]}, rung="01"))[:-1]
         mine = [(t["step"], t["executed"].get(rid), t["sampled"].get(rid), t["finished"].get(rid))
                 for t in together if rid in t["scheduled"]]
         solo = [(t["step"], t["executed"].get(rid), t["sampled"].get(rid), t["finished"].get(rid))
@@ -471,8 +471,8 @@ def test_without_the_budget_the_same_workload_overruns_it():
          "requests": [{"request_id": "a", "prompt_len": 3, "max_new_tokens": 2},
                       {"request_id": "b", "prompt_len": 3, "max_new_tokens": 2},
                       {"request_id": "c", "prompt_len": 2, "max_new_tokens": 1}]}
-    assert sum(trace_lines(Engine(w, rung="01"))[0]["executed"].values()) == 8
-    lines = trace_lines(Engine(w, rung="02"))
+    assert sum(trace_dicts(Engine(w, rung="01"))[0]["executed"].values()) == 8
+    lines = trace_dicts(Engine(w, rung="02"))
     assert all(sum(t["executed"].values()) <= 4 for t in lines[:-1])
     assert all(r["state"] == "FINISHED" for r in lines[-1]["summary"])
 
@@ -507,7 +507,7 @@ def test_a_request_that_does_not_fit_lets_a_later_one_run():
          "requests": [{"request_id": "a", "prompt_len": 3, "max_new_tokens": 2},
                       {"request_id": "b", "prompt_len": 5, "max_new_tokens": 2},
                       {"request_id": "c", "prompt_len": 2, "max_new_tokens": 1}]}
-    first = trace_lines(Engine(w, rung="02"))[0]
+    first = trace_dicts(Engine(w, rung="02"))[0]
     assert first["scheduled"] == ["a", "c"] and first["executed"] == {"a": 3, "c": 2}
 
 
@@ -536,7 +536,7 @@ def test_never_fits_ends_the_run_on_the_step_that_took_nothing(w):
 
 @pytest.mark.invariant("token-budget/4")
 def test_never_fits_is_printed_after_its_step_line():
-    lines = trace_lines(Engine(golden("chunked_prefill"), rung="02"))
+    lines = trace_dicts(Engine(golden("chunked_prefill"), rung="02"))
     assert lines == [
         {"step": 0, "admitted": ["long"], "scheduled": [], "executed": {}, "sampled": {}, "finished": {}},
         {"error": "NeverFits", "message": lines[1]["message"], "step": 0}]
@@ -653,7 +653,7 @@ def test_a_short_pool_is_fatal_at_rung_03_and_moves_no_page():
     assert info.value.step == 1
     assert pages_before == (eng.pool.free_pages(), list(eng.pool.owner), eng.pool.slots.snapshot(),
                             [(r.computed, list(r.page_table)) for r in eng.requests])
-    lines = trace_lines(Engine(golden("preemption"), rung="03"))
+    lines = trace_dicts(Engine(golden("preemption"), rung="03"))
     assert (lines[-1]["error"], lines[-1]["step"]) == ("OutOfPages", 1)
     assert "preempted" not in lines[0]
 
@@ -738,7 +738,7 @@ def test_chunks_start_at_the_frontier_and_tile_the_sequence(w):
 
 @pytest.mark.invariant("chunked-prefill/2")
 def test_a_long_prompt_is_cut_into_budget_sized_chunks():
-    lines = trace_lines(Engine(golden("chunked_prefill"), rung="04"))
+    lines = trace_dicts(Engine(golden("chunked_prefill"), rung="04"))
     # 17 prompt tokens at 5 a step: 5, 5, 5, then 2 beside short's prompt
     assert [t["executed"].get("long") for t in lines[:4]] == [5, 5, 5, 2]
     assert [t["sampled"].get("long") for t in lines[:4]] == [None, None, None, "TOKEN"]
@@ -774,8 +774,8 @@ def test_from_rung_04_every_request_finishes_whatever_the_budget(w):
 @pytest.mark.invariant("chunked-prefill/4")
 def test_the_prompt_that_never_fits_at_rung_03_completes_at_rung_04():
     w = golden("chunked_prefill")
-    assert trace_lines(Engine(w, rung="03"))[-1]["error"] == "NeverFits"
-    summary = trace_lines(Engine(copy.deepcopy(w), rung="04"))[-1]["summary"]
+    assert trace_dicts(Engine(w, rung="03"))[-1]["error"] == "NeverFits"
+    summary = trace_dicts(Engine(copy.deepcopy(w), rung="04"))[-1]["summary"]
     assert [r["finish_reason"] for r in summary] == ["LENGTH", "LENGTH"]
 
 
@@ -784,8 +784,8 @@ def test_the_prompt_that_never_fits_at_rung_03_completes_at_rung_04():
 @given(workloads())
 def test_chunking_changes_when_not_what(w):
     w = roomy(w)
-    chunked = trace_lines(Engine(copy.deepcopy(w), rung="04"))
-    whole = trace_lines(Engine(copy.deepcopy(w), rung="00"))
+    chunked = trace_dicts(Engine(copy.deepcopy(w), rung="04"))
+    whole = trace_dicts(Engine(copy.deepcopy(w), rung="00"))
     assert chunked[-1] == whole[-1]
     for rid in (r["request_id"] for r in w["requests"]):
         samples = [t["sampled"][rid] for t in chunked[:-1] if rid in t["sampled"]]
@@ -833,7 +833,7 @@ def test_the_anchor_is_never_preempted_and_only_irreducible_ends_a_run(w):
 
 @pytest.mark.invariant("preemption/1")
 def test_irreducible_is_the_anchor_outgrowing_the_pool():
-    lines = trace_lines(Engine(golden("irreducible"), rung="05"))
+    lines = trace_dicts(Engine(golden("irreducible"), rung="05"))
     assert (lines[-1]["error"], lines[-1]["step"]) == ("Irreducible", 4)
     assert lines[-2]["executed"] == {"huge": 8} and lines[-2]["preempted"] == []
 
@@ -880,7 +880,7 @@ def test_a_holder_the_budget_did_not_reach_is_a_victim_too():
 
 @pytest.mark.invariant("preemption/2")
 def test_golden_preemption_victims():
-    lines = trace_lines(Engine(golden("preemption"), rung="05"))
+    lines = trace_dicts(Engine(golden("preemption"), rung="05"))
     assert [t["preempted"] for t in lines[:-1]] == [[], ["p2"], ["p2"], ["p2", "p1"], ["p2", "p1"],
                                                     [], [], ["p2"], [], []]
 
@@ -930,29 +930,29 @@ def test_preemption_only_when_the_step_is_short(w):
 @given(workloads())
 def test_with_a_roomy_pool_rung_05_is_rung_04(w):
     w = roomy(w)
-    with_preemption = trace_lines(Engine(copy.deepcopy(w), rung="05"))
+    with_preemption = trace_dicts(Engine(copy.deepcopy(w), rung="05"))
     assert all(t["preempted"] == [] for t in with_preemption[:-1])
     without = [{k: v for k, v in t.items() if k != "preempted"} for t in with_preemption]
-    assert without == trace_lines(Engine(copy.deepcopy(w), rung="04"))
+    assert without == trace_dicts(Engine(copy.deepcopy(w), rung="04"))
 
 
 @pytest.mark.invariant("preemption/5")
 @PROPERTY
 @given(st.one_of(pressured(), workloads()))
 def test_preemption_changes_when_not_what(w):
-    short = trace_lines(Engine(copy.deepcopy(w), rung="05"))
+    short = trace_dicts(Engine(copy.deepcopy(w), rung="05"))
     if "error" in short[-1]:
         assert short[-1]["error"] == "Irreducible"
         return
-    assert short[-1] == trace_lines(Engine(roomy(w), rung="05"))[-1]
+    assert short[-1] == trace_dicts(Engine(roomy(w), rung="05"))[-1]
 
 
 @pytest.mark.invariant("preemption/5")
 def test_golden_preemption_run_ends_as_with_a_roomy_pool():
     w = golden("preemption")
-    short = trace_lines(Engine(w, rung="05"))
+    short = trace_dicts(Engine(w, rung="05"))
     assert sum(len(t["preempted"]) for t in short[:-1]) == 7
     big = copy.deepcopy(w)
     big["engine"]["num_pages"] = 64
-    assert short[-1] == trace_lines(Engine(big, rung="05"))[-1]
-    assert trace_lines(Engine(copy.deepcopy(w), rung="04"))[-1]["error"] == "OutOfPages"
+    assert short[-1] == trace_dicts(Engine(big, rung="05"))[-1]
+    assert trace_dicts(Engine(copy.deepcopy(w), rung="04"))[-1]["error"] == "OutOfPages"

@@ -15,7 +15,7 @@ import pytest
 from procs import all_gone, gone
 
 import inferris_dist
-from engine import load_workload, run_workload, trace_lines
+from engine import load_workload, run_workload, trace_dicts
 from launcher import Template, fork_workers, stop_workers
 
 pytestmark = pytest.mark.timeout(60)
@@ -81,7 +81,7 @@ def test_a_launch_forks_its_ranks_and_restarts_from_the_template():
         members = engine.group.members
         assert members.template is not None
         first = dict((r, w.pid) for r, w in members.workers.items())
-        got = trace_lines(engine)
+        got = trace_dicts(engine)
         assert members.workers[2].pid != first[2]                  # restarted, by a fork
         assert type(members.workers[2]).__name__ == "ForkedProcess"
         pids = engine.group.pids_started
