@@ -21,6 +21,7 @@ import pytest
 from procs import all_gone
 
 REPO = Path(__file__).resolve().parent.parent
+GOLDEN = REPO / "tests" / "data" / "golden"      # the SPEC's golden workloads and traces
 SCRIPT = Path(sys.executable).with_name("inferris-dist")
 CLI = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "inferris_dist.cli"]
 ENV = {**os.environ, "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8", "PYTHONUNBUFFERED": "1"}

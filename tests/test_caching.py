@@ -1,10 +1,9 @@
 """Cache-aware scheduling: reuse (phase 2), publish (phase 11), eviction (phase 5)."""
 import json
-from pathlib import Path
+
+from external import GOLDEN
 
 from engine import CACHE, Engine, load_workload, run_workload
-
-GOLDEN = Path(__file__).parent / "data" / "golden"
 
 PROMPT = [1, 2, 3, 4, 5, 6, 7]
 

@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from external import GOLDEN
 
 from engine import run_workload
 
 REPO = Path(__file__).resolve().parent.parent
-GOLDEN = REPO / "tests" / "data" / "golden"
 CLI = [sys.executable, "-m", "inferris_dist.cli"]
 SCRIPT = Path(sys.executable).with_name("inferris-dist")
 ENV = {**os.environ, "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8"}

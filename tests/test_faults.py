@@ -37,6 +37,8 @@ import inferris_dist
 from engine import BoundaryViolation, EngineError, GroupViolation, RankLost, run_workload
 from engine.errors import ShardDivergence
 
+pytestmark = pytest.mark.timeout(60)   # every test here, one bound
+
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "tests" / "data" / "golden" / "demo.spec.json"
 SCRIPT = Path(sys.executable).with_name("inferris-dist")
@@ -214,7 +216,6 @@ POLICIES = ["abort", "restore", "recompute"]
 MATRIX = [(case, policy) for case in CASES for policy in POLICIES]
 
 
-@pytest.mark.timeout(60)
 @pytest.mark.parametrize("case,policy", MATRIX, ids=[f"{c.name}-{p}" for c, p in MATRIX])
 def test_fault_table(case, policy, workers):
     started = time.monotonic()
@@ -282,7 +283,6 @@ def test_fault_table(case, policy, workers):
                 "the failed step's trace shows the preemptions of the lost pages"
 
 
-@pytest.mark.timeout(60)
 @pytest.mark.parametrize("policy", ["restore", "recompute"])
 def test_recurring_fault_exhausts_max_restarts(policy, workers):
     lines, error, engine = run_lines(workers, ["1:crash@2+"], policy=policy, max_restarts=2)
@@ -298,7 +298,6 @@ def test_recurring_fault_exhausts_max_restarts(policy, workers):
     assert len(engine.group.pids_started) == WORLD_SIZE + 2
 
 
-@pytest.mark.timeout(60)
 def test_max_restarts_zero_fails_like_abort(workers):
     lines, error, engine = run_lines(workers, ["1:crash@2"], policy="restore", max_restarts=0)
     assert isinstance(error, RankLost)
@@ -307,7 +306,6 @@ def test_max_restarts_zero_fails_like_abort(workers):
     assert engine.num_restarts == 0 and len(engine.group.pids_started) == WORLD_SIZE
 
 
-@pytest.mark.timeout(60)
 def test_faults_on_surviving_ranks_do_not_disturb_a_restore(workers):
     """A crash and, on other ranks, a duplicate and a stale resend in the same step."""
     lines, error, engine = run_lines(workers, ["1:crash@2", "2:duplicate@2", "3:stale@2"],
@@ -318,7 +316,6 @@ def test_faults_on_surviving_ranks_do_not_disturb_a_restore(workers):
     assert engine.group.totals[2].dropped > 0 and engine.group.totals[3].dropped > 0
 
 
-@pytest.mark.timeout(60)
 @pytest.mark.parametrize("fault", ["all:crash@2", "all:exit@2"])
 def test_one_off_death_of_every_rank_is_survived(fault, workers):
     """Every rank dies once: the ranks found dead are restarted together, within --max-restarts."""
@@ -330,7 +327,6 @@ def test_one_off_death_of_every_rank_is_survived(fault, workers):
     assert sorted(restarted) == list(range(WORLD_SIZE)), "each rank replaced exactly once"
 
 
-@pytest.mark.timeout(60)
 def test_one_off_hang_of_every_rank_needs_one_restart(workers):
     lines, error, engine = run_lines(workers, ["all:hang@2"], policy="restore", world_size=2,
                                      step_timeout=FAST_TIMEOUT, max_restarts=1)
@@ -339,7 +335,6 @@ def test_one_off_hang_of_every_rank_needs_one_restart(workers):
     assert engine.num_restarts == 1
 
 
-@pytest.mark.timeout(60)
 def test_recompute_after_a_failed_audit_shows_the_preemption_in_the_trace(workers):
     lines, error, engine = run_lines(workers, ["1:drop-write@2"], policy="recompute", audit_every=1)
     assert error is None and lines[-1] == BASELINE[-1]
@@ -359,7 +354,6 @@ CLI_ABORTS = [
 ]
 
 
-@pytest.mark.timeout(60)
 @pytest.mark.parametrize("fault,kind,rank,step,reason,timeout", CLI_ABORTS,
                          ids=[c[0] for c in CLI_ABORTS])
 def test_cli_json_error_object(fault, kind, rank, step, reason, timeout, workers, tmp_path):
@@ -383,7 +377,6 @@ def test_cli_json_error_object(fault, kind, rank, step, reason, timeout, workers
     assert len(pids) == WORLD_SIZE
 
 
-@pytest.mark.timeout(60)
 @pytest.mark.parametrize("fault,kind,words", [
     ("1:crash@2", "RankLost", ("rank 1", "SIGKILL")),
     ("1:drop-write@2", "ShardDivergence", ("rank 1", "page", "offset")),
@@ -404,7 +397,6 @@ def test_cli_human_error_is_one_stderr_line(fault, kind, words, workers, tmp_pat
     workers(int(p) for p in re.search(r"pids((?:\s+\d+)+)", pids_line).group(1).split())
 
 
-@pytest.mark.timeout(60)
 def test_cli_restore_json_is_the_fault_free_output(workers, tmp_path):
     ran = cli("run", "--json", "--spec", DEMO)
     assert ran.returncode == 0
@@ -416,7 +408,6 @@ def test_cli_restore_json_is_the_fault_free_output(workers, tmp_path):
     assert len(pids) == WORLD_SIZE + 2, "two replacement workers"
 
 
-@pytest.mark.timeout(60)
 def test_cli_recurring_fault_gives_up(workers, tmp_path):
     proc, pids = cli_launch(workers, tmp_path, "--spec", DEMO, "--fault", "1:exit@3+",
                             "--on-rank-loss", "recompute", "--max-restarts", 1,
@@ -431,7 +422,6 @@ def test_cli_recurring_fault_gives_up(workers, tmp_path):
 
 # -- 2. detection by sentinel, not by the clock ----------------------------------------
 
-@pytest.mark.timeout(60)
 def test_crash_is_seen_long_before_the_step_deadline(workers):
     started = step_started = time.monotonic()
     failed_at = None
@@ -460,7 +450,6 @@ ATOMIC = [
 ]
 
 
-@pytest.mark.timeout(60)
 @pytest.mark.parametrize("fault,error,where", ATOMIC, ids=[a[0] for a in ATOMIC])
 def test_failed_step_commits_nothing(fault, error, where, workers):
     with inferris_dist.launch(DEMO, world_size=WORLD_SIZE, step_timeout=STEP_TIMEOUT,
@@ -515,7 +504,6 @@ def run_killing(workers, sig, policy, step_timeout):
     return lines, error, engine, victim
 
 
-@pytest.mark.timeout(60)
 @pytest.mark.parametrize("policy", ["abort", "restore"])
 def test_worker_killed_from_outside(policy, workers):
     lines, error, engine, victim = run_killing(workers, signal.SIGKILL, policy, STEP_TIMEOUT)
@@ -534,7 +522,6 @@ def test_worker_killed_from_outside(policy, workers):
         assert victim not in engine.group.pids_started[WORLD_SIZE:]
 
 
-@pytest.mark.timeout(60)
 @pytest.mark.parametrize("policy", ["abort", "restore"])
 def test_worker_stopped_from_outside(policy, workers):
     lines, error, engine, victim = run_killing(workers, signal.SIGSTOP, policy, FAST_TIMEOUT)
@@ -553,7 +540,6 @@ def test_worker_stopped_from_outside(policy, workers):
 
 # -- 6. the wire log of a restore run ---------------------------------------------------
 
-@pytest.mark.timeout(60)
 def test_wire_log_records_loss_restart_and_drops(workers, tmp_path):
     log = tmp_path / "wire.jsonl"
     lines, error, engine = run_lines(workers, ["1:crash@2", "2:duplicate@1", "3:stale@4"],
@@ -591,7 +577,6 @@ def test_wire_log_records_loss_restart_and_drops(workers, tmp_path):
 
 # -- 7. faults in the workload, and bad fault specs -------------------------------------
 
-@pytest.mark.timeout(60)
 def test_faults_in_the_workload_json_work_like_the_flag(workers, tmp_path):
     spec = demo_with_faults(tmp_path, ["1:crash@2"])
     proc, _ = cli_launch(workers, tmp_path, "--spec", spec, "--step-timeout", 1, "--json")
@@ -612,7 +597,6 @@ def test_faults_in_the_workload_json_work_like_the_flag(workers, tmp_path):
 BAD_FAULTS = ["9:crash@1", "1:explode@1", "x", "1:crash", "1:delay@2", "1:crash@2:5", "1:crash@-1"]
 
 
-@pytest.mark.timeout(30)
 @pytest.mark.parametrize("fault", BAD_FAULTS)
 def test_bad_fault_spec_is_a_usage_error(fault, tmp_path):
     proc = cli("launch", "--spec", DEMO, f"--fault={fault}", "--json")
@@ -623,7 +607,6 @@ def test_bad_fault_spec_is_a_usage_error(fault, tmp_path):
     assert fault in proc.stderr
 
 
-@pytest.mark.timeout(30)
 def test_bad_fault_spec_in_the_workload_is_a_usage_error(tmp_path):
     spec = demo_with_faults(tmp_path, ["7:crash@1"])
     proc = cli("launch", "--spec", spec)
@@ -637,7 +620,6 @@ def test_bad_fault_spec_in_the_workload_is_a_usage_error(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.timeout(30)
 def test_bad_fault_spec_in_the_library_raises_before_any_worker_starts():
     from engine import WorkloadError
     for fault in ("4:crash@1", "1:explode@1", "x"):

@@ -5,10 +5,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from external import GOLDEN
 
 from engine import load_workload, run_workload
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
 SPECS = sorted(p.name for p in GOLDEN.glob("*.spec.json"))
 STEP_FIELDS = ["step", "admitted", "scheduled", "executed", "sampled", "finished", "preempted",
                "reused", "published", "evicted", "drafted", "accepted", "rolled_back"]

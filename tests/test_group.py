@@ -1,8 +1,8 @@
 """Rank groups (SPEC §3, phase 8): join by exact agreement; LocalGroup at any world size."""
 import json
-from pathlib import Path
 
 import pytest
+from external import GOLDEN
 
 from engine import (
     Engine,
@@ -20,7 +20,6 @@ from engine.request import Request
 from engine.shard import first_mismatch
 from engine.workload import RequestSpec
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
 SPECS = sorted(p.name for p in GOLDEN.glob("*.spec.json"))
 
 

@@ -14,14 +14,13 @@ import stat
 import subprocess
 
 import pytest
-from external import CLI, ENV, REPO, Scheduler, exit_line, long_spec, run_json, start_worker
+from external import CLI, ENV, GOLDEN, REPO, Scheduler, exit_line, long_spec, run_json, start_worker
 
 from inferris_dist.keys import ClientKeys, KeyFileError, ServerKeys, write_keys
 from inferris_dist.placement import LAUNCHERS, PlacementError, place
 
 pytestmark = pytest.mark.timeout(60)
 
-GOLDEN = REPO / "tests" / "data" / "golden"
 LONG = GOLDEN / "preemption.spec.json"         # enough steps to act in the middle of a run
 DEMO_ARGS = ("--spec", GOLDEN / "demo.spec.json")
 

@@ -22,6 +22,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from external import GOLDEN
 
 from engine import WorkloadError
 from inferris_dist.cmd_inspect import run_inspect
@@ -30,7 +31,6 @@ from inferris_dist.render import Style, human_bytes
 pytestmark = pytest.mark.timeout(60)
 
 REPO = Path(__file__).resolve().parent.parent
-GOLDEN = REPO / "tests" / "data" / "golden"
 ENV = {**os.environ, "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8"}
 ROW = re.compile(r"^ *(\d+) +(\d+) +(\d+) +[\d.]+ k?B x\d+  (.*?)  +(\S.*)$")   # columns: 2 spaces
 ESCAPED_IDS = {"engine": {"max_step_tokens": 8, "page_size": 4, "num_pages": 8, "spec_len": 0,

@@ -10,7 +10,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV
+from external import CLI, ENV, GOLDEN
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +23,6 @@ from inferris_dist.cmd_ladder import climb
 pytestmark = pytest.mark.timeout(120)
 
 REPO = Path(__file__).resolve().parent.parent
-GOLDEN = REPO / "tests" / "data" / "golden"
 LADDER = GOLDEN / "ladder"
 LADDER_CASES = sorted(tuple(p.name[:-len(".trace.jsonl")].rsplit(".", 1))
                       for p in LADDER.glob("*.trace.jsonl"))

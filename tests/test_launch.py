@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
+from external import GOLDEN
 from procs import all_gone, gone
 
 import inferris_dist
@@ -34,8 +35,9 @@ from inferris_dist import wire
 from inferris_dist.wire import MsgType, to_jsonable
 from inferris_dist.workload_source import DEMO
 
+pytestmark = pytest.mark.timeout(120)   # every test here, one bound
+
 REPO = Path(__file__).resolve().parent.parent
-GOLDEN = REPO / "tests" / "data" / "golden"
 SCRIPT = Path(sys.executable).with_name("inferris-dist")
 CLI = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "inferris_dist.cli"]
 ENV = {**os.environ, "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8", "PYTHONUNBUFFERED": "1"}
@@ -198,7 +200,6 @@ def test_the_subset_exists():
     assert set(SUBSET) <= set(SPECS)
 
 
-@pytest.mark.timeout(60)
 @pytest.mark.parametrize("world_size,name", GOLDEN_CASES,
                          ids=[f"ws{ws}-{name}" for ws, name in GOLDEN_CASES])
 def test_golden_through_library_launch(world_size, name):
@@ -213,7 +214,6 @@ def test_golden_through_library_launch(world_size, name):
     assert all_gone(pids, 2.0) == [], "workers left running after launch's exit"
 
 
-@pytest.mark.timeout(90)
 @pytest.mark.parametrize("name,world_size", CLI_CASES, ids=[f"{n}-ws{w}" for n, w in CLI_CASES])
 def test_cli_launch_json_is_byte_identical_to_run(name, world_size):
     spec = spec_path(name)
@@ -273,7 +273,6 @@ def test_random_workloads_exercise_the_engine():
     assert {"reused", "preempted", "drafted"} <= seen, seen
 
 
-@pytest.mark.timeout(120)
 @pytest.mark.parametrize("world_size", [2, 3])
 @pytest.mark.parametrize("seed", RANDOM_SEEDS)
 def test_compare_says_identical_on_random_workloads(tmp_path, seed, world_size):
@@ -286,7 +285,6 @@ def test_compare_says_identical_on_random_workloads(tmp_path, seed, world_size):
     assert f"on {world_size} worker processes" in proc.stdout
 
 
-@pytest.mark.timeout(120)
 @pytest.mark.parametrize("seed", RANDOM_SEEDS)
 def test_library_launch_equals_run_workload_on_random_workloads(seed):
     workload = load_workload(random_workload(seed))
@@ -299,7 +297,6 @@ def test_library_launch_equals_run_workload_on_random_workloads(seed):
 
 # -- 3. the demo ------------------------------------------------------------------------
 
-@pytest.mark.timeout(60)
 def test_demo_launch_prints_its_pids_and_leaves_none_running():
     proc = cli("launch")
     assert proc.returncode == 0, proc.stderr
@@ -312,7 +309,6 @@ def test_demo_launch_prints_its_pids_and_leaves_none_running():
     assert all_gone(pids, 2.0) == []
 
 
-@pytest.mark.timeout(60)
 def test_demo_launch_json_is_the_golden_demo_trace():
     proc = cli("launch", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -321,7 +317,6 @@ def test_demo_launch_json_is_the_golden_demo_trace():
 
 # -- 4-6. signals --------------------------------------------------------------------------
 
-@pytest.mark.timeout(90)
 def test_sigint_exits_130_and_stops_every_worker(tmp_path):
     proc, _, pids = start_long_launch(tmp_path)
     try:
@@ -335,7 +330,6 @@ def test_sigint_exits_130_and_stops_every_worker(tmp_path):
         kill_leftover_workers(pids)
 
 
-@pytest.mark.timeout(90)
 def test_sigkill_to_the_scheduler_takes_its_workers_with_it(tmp_path):
     proc, _, pids = start_long_launch(tmp_path)
     try:
@@ -348,7 +342,6 @@ def test_sigkill_to_the_scheduler_takes_its_workers_with_it(tmp_path):
         kill_leftover_workers(pids)
 
 
-@pytest.mark.timeout(90)
 def test_sigterm_exits_143_and_stops_every_worker(tmp_path):
     proc, _, pids = start_long_launch(tmp_path)
     try:
@@ -375,7 +368,6 @@ class RecordingGroup(LocalGroup):
         return super().execute(plan)
 
 
-@pytest.mark.timeout(60)
 def test_wire_log_records_every_message(tmp_path):
     log_path = tmp_path / "wire.jsonl"
     proc = cli("launch", "--json", "--wire-log", log_path)
@@ -427,7 +419,6 @@ def test_wire_log_records_every_message(tmp_path):
 
 # -- 8. the shard audit ------------------------------------------------------------------------
 
-@pytest.mark.timeout(60)
 def test_audit_catches_a_dropped_write_json():
     proc = cli("launch", "--fault", "1:drop-write@2", "--json")
     assert "Traceback" not in proc.stderr
@@ -437,7 +428,6 @@ def test_audit_catches_a_dropped_write_json():
     assert re.search(r"rank 1\b.*page \d+.*offset \d+", last["message"]), last
 
 
-@pytest.mark.timeout(60)
 def test_audit_catches_a_dropped_write_human():
     proc = cli("launch", "--fault", "1:drop-write@2")
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -448,7 +438,6 @@ def test_audit_catches_a_dropped_write_human():
 
 # -- 9. a worker without the secret ------------------------------------------------------------
 
-@pytest.mark.timeout(30)
 def test_worker_without_secret_exits_with_one_clear_line():
     proc = subprocess.run([sys.executable, "-m", "inferris_dist.worker", "--rank", "0",
                            "--world-size", "1", "--connect", "tcp://127.0.0.1:1",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from external import CLI, ENV
+from external import CLI, ENV, GOLDEN
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,7 +32,6 @@ from engine import (
 
 pytestmark = pytest.mark.timeout(60)
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
 LADDER = GOLDEN / "ladder"
 CASES = sorted(p.name.split(".")[0] for p in LADDER.glob("*.00.trace.jsonl"))
 REPO = Path(__file__).resolve().parent.parent

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
+from external import GOLDEN
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from invariants import check_invariants
@@ -47,7 +47,6 @@ from engine.workload import Workload
 
 pytestmark = pytest.mark.timeout(60)
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
 GOLDEN_NAMES = sorted(p.name.removesuffix(".spec.json") for p in GOLDEN.glob("*.spec.json"))
 CACHE_RUNGS = ("08a", "08b", "08c", "full")
 # Deterministic: the same examples every run, and nothing written to a database.

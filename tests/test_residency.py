@@ -1,16 +1,14 @@
 """Residency (SPEC §3, phase 5): extend, evict in tree order only when short, preempt, Irreducible."""
 import json
-from pathlib import Path
 
 import pytest
+from external import GOLDEN
 
 from engine import CACHE, Engine, Irreducible, OutOfPages, PagePool, State, load_workload, run_workload
 from engine.prefix import RadixCache
 from engine.request import Request
 from engine.residency import Holders, make_resident
 from engine.workload import RequestSpec
-
-GOLDEN = Path(__file__).parent / "data" / "golden"
 
 
 def make_request(index, rid, prompt=4):

@@ -11,8 +11,9 @@ from serving import serving_workload  # noqa: E402
 
 from engine import run_workload  # noqa: E402
 
+pytestmark = pytest.mark.timeout(120)   # every test here, one bound
 
-@pytest.mark.timeout(120)
+
 def test_serving_workload_matches_the_naive_engine():
     workload = serving_workload(150, seed=11)
     lines = run_workload(workload)

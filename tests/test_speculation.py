@@ -1,15 +1,13 @@
 """Speculative decoding: draft_len (phase 3), the ranks' verdict (phase 7), resolve (phase 10)."""
 import json
-from pathlib import Path
 
 import pytest
+from external import GOLDEN
 
 from engine import Engine, PagePool, State, load_workload, run_workload, speculation, verdict
 from engine.request import Request
 from engine.speculation import draft_len, resolve
 from engine.workload import RequestSpec
-
-GOLDEN = Path(__file__).parent / "data" / "golden"
 
 
 def make_request(prompt, max_new, generated=0, computed=0, eos_after=None):

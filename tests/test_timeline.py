@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.timeout(60)   # every test here, one bound
+
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "inferris_dist.cli"]
 
@@ -14,7 +16,6 @@ def launch(*args):
     return subprocess.run(CLI + ["launch", *args], capture_output=True, text=True, cwd=REPO, timeout=60)
 
 
-@pytest.mark.timeout(60)
 def test_timeline_shows_every_phase_every_rank_and_the_recovery(tmp_path):
     path = tmp_path / "timeline.json"
     proc = launch("--fault", "1:crash@2", "--on-rank-loss", "restore", "--timeline", str(path))
@@ -38,14 +39,12 @@ def test_timeline_shows_every_phase_every_rank_and_the_recovery(tmp_path):
     assert restore["name"] == "restore: RankLost" and restore["args"]["ranks"] == [1]
 
 
-@pytest.mark.timeout(30)
 def test_an_unwritable_timeline_is_bad_input(tmp_path):
     proc = launch("--timeline", str(tmp_path / "no" / "such" / "dir.json"))
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "--timeline" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.timeout(60)
 def test_timeline_shows_each_rank_from_inside_with_flows(tmp_path):
     """Each rank's own decode, execute and encode, inside its round trip, and an arrow from
     each plan's send to the rank and from its result back."""
