@@ -47,20 +47,6 @@ FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                   HealthCheck.filter_too_much])
 QUICK_S = 0.5            # no single decode may take longer than this
 
-# Several requests, speculation with a script, enough steps (~45) to hit between steps.
-LIVE_WORKLOAD = load_workload({
-    "engine": {"max_step_tokens": 8, "page_size": 4, "num_pages": 16, "spec_len": 2,
-               "world_size": 2},
-    "requests": [{"request_id": f"q{i}", "prompt_len": 5 + i, "max_new_tokens": 40,
-                  "arrival_step": i, **({"accept_script": [1, 0, 2]} if i == 1 else {})}
-                 for i in range(4)]})
-# Long enough (a few hundred steps) for a flood sent while it runs.
-LONG_WORKLOAD = load_workload({
-    "engine": {"max_step_tokens": 8, "page_size": 4, "num_pages": 64, "spec_len": 0,
-               "world_size": 2},
-    "requests": [{"request_id": f"m{i}", "prompt_len": 6, "max_new_tokens": 120,
-                  "arrival_step": i} for i in range(4)]})
-
 
 # -- helpers -----------------------------------------------------------------------------------
 
