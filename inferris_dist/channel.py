@@ -255,7 +255,7 @@ class RankChannel:
                 pass
         if (self.curve and header is not None and meta is not None and header.epoch < self.epoch
                 and header.type is not MsgType.HELLO and meta.user_id == f"rank-{header.rank}"):
-            self._tell(ident, f"rank {header.rank} of epoch {header.epoch} is no member: the run "
+            self.tell(ident, f"rank {header.rank} of epoch {header.epoch} is no member: the run "
                               f"is in epoch {self.epoch}: exit")
             self.note(None, f"refused {peer}: rank {header.rank} of epoch {header.epoch} is no member")
             return True
@@ -363,9 +363,10 @@ class RankChannel:
         if not self.turned_away.add(peer_label(ident, None, host)):
             return
         self.note(None, f"refused a peer{' at ' + host if host else ''}: {reason}")
-        self._tell(ident, reason)
+        self.tell(ident, reason)
 
-    def _tell(self, ident: bytes, reason: str) -> None:
+    def tell(self, ident: bytes, reason: str) -> None:
+        """REFUSED with `reason` to one connection (it exits), not noted."""
         try:
             self.sock.send_multipart(
                 [ident, wire.encode_header(MsgType.REFUSED, self.epoch, 0, -1, self.world_size),

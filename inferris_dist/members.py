@@ -162,8 +162,11 @@ class External:
             member = self.channel.members.get(rank)
             if member is not None:
                 self.channel.retire(rank, "replaced")
-                self.channel.refuse(member.identity, f"rank {rank} of epoch {member.epoch} was "
-                                    f"replaced in epoch {self.channel.epoch}: exit", member.host)
+                reason = (f"rank {rank} of epoch {member.epoch} was replaced in epoch "
+                          f"{self.channel.epoch}: exit")
+                self.channel.note(rank, f"told the old member at {member.host or 'its address'} to exit "
+                                        f"(if it still hears us): {reason}")
+                self.channel.tell(member.identity, reason)
 
     def close(self, wait: float = 2.0) -> None:
         """STOP to every member, then wait (bounded) for their connections to close: the
