@@ -18,7 +18,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2   # two test processes: this machine's two cores
 
 bench: $(STAMP)
 	$(BIN)/python examples/serving.py

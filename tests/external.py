@@ -117,6 +117,15 @@ class Scheduler:
         self.proc.wait(10)
 
 
+def cli(*args, timeout: float = 60, stdin: str | None = None, cmd: list[str] | None = None,
+        **kw) -> subprocess.CompletedProcess:
+    """`inferris-dist ARGS...` to its end, from the repository's root: output as text."""
+    return subprocess.run([*(cmd or CLI), *map(str, args)], input=stdin, capture_output=True, text=True,
+                          cwd=REPO, env=ENV, timeout=timeout,
+                          **({"stdin": subprocess.DEVNULL} if stdin is None and "stdin" not in kw else {}),
+                          **kw)
+
+
 def worker_argv(address: str, keys: str | Path | None, rank: int | None = None,
                 world_size: int | None = None, extra: Sequence[str] = ()) -> list[str]:
     argv = [*CLI, "worker", "--connect", address]

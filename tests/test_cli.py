@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from external import GOLDEN
+from external import GOLDEN, cli
 
 from engine import run_workload
 
@@ -27,10 +27,6 @@ ENV = {**os.environ, "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8"}
 GOLDEN_SPECS = sorted(p for p in GOLDEN.glob("*.spec.json")
                       if p.with_name(p.name.replace(".spec.json", ".trace.jsonl")).exists())
 
-
-def cli(*args: str, stdin: str | None = None, cmd: list[str] = CLI) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd + [str(a) for a in args], input=stdin, capture_output=True,
-                          text=True, cwd=REPO, env=ENV, timeout=60)
 
 
 def trace_of(spec: Path) -> Path:

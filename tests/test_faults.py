@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
+from external import cli
 from invariants import check_invariants
 from procs import gone, wait_until
 
@@ -128,10 +129,6 @@ def run_lines(workers, faults=(), *, policy="abort", step_timeout=STEP_TIMEOUT,
         error = e
     return lines, error, engine
 
-
-def cli(*args, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(CLI + [str(a) for a in args], capture_output=True, text=True, cwd=REPO,
-                          env=ENV, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def cli_launch(workers, tmp_path: Path, *args, timeout: float = 60):

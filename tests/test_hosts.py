@@ -11,10 +11,9 @@ import os
 import shutil
 import signal
 import stat
-import subprocess
 
 import pytest
-from external import CLI, ENV, GOLDEN, REPO, Scheduler, exit_line, long_spec, run_json, start_worker
+from external import GOLDEN, REPO, Scheduler, cli, exit_line, long_spec, run_json, start_worker
 
 from inferris_dist.keys import ClientKeys, KeyFileError, ServerKeys, write_keys
 from inferris_dist.placement import LAUNCHERS, PlacementError, place
@@ -24,10 +23,6 @@ pytestmark = pytest.mark.timeout(60)
 LONG = GOLDEN / "preemption.spec.json"         # enough steps to act in the middle of a run
 DEMO_ARGS = ("--spec", GOLDEN / "demo.spec.json")
 
-
-def cli(*args, timeout=30) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *map(str, args)], env=ENV, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 # -- keys ----------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from external import GOLDEN
+from external import GOLDEN, cli
 from procs import all_gone, gone
 
 import inferris_dist
@@ -87,16 +87,6 @@ def launched_lines(workload, world_size: int | None = None, **kw) -> tuple[list[
         assert engine is not None, f"launch failed before yielding an engine: {e.to_json()}"
         lines.append(e.to_json())
     return lines, list(engine.group.pids_started)
-
-
-def cli(*args, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(CLI + [str(a) for a in args], capture_output=True, text=True, cwd=REPO,
-                          env=ENV, timeout=timeout, **kw)
-
-
-
-
-
 
 
 

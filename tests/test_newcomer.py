@@ -13,17 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV
+from external import CLI, ENV, cli
 
 pytestmark = pytest.mark.timeout(60)
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
 
-
-def cli(*args, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *map(str, args)], env=ENV, capture_output=True, text=True,
-                          timeout=60, **kw)
 
 
 @pytest.fixture(scope="module")
