@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
@@ -157,7 +156,7 @@ def _workers_line(group) -> str:
     if group.external:
         n = sum(len(p) for p in group.rank_pids.values())
         return f"workers: {n} joined from outside (we started none), every member told to stop"
-    left = [p for p in group.pids_started if _alive(p)]
+    left = group.members.still_running()
     return (f"workers: {len(group.pids_started)} started, "
             f"{'none left running' if not left else 'STILL RUNNING: ' + ' '.join(map(str, left))}")
 
@@ -201,21 +200,6 @@ def write_boundary(out, style, world_size: int, attempts, recoveries) -> None:
             out.write(render.recovery_lines(recoveries[i], style) + "\n")
     for recovery in recoveries[len(attempts):]:
         out.write(render.recovery_lines(recovery, style) + "\n")
-
-
-def _alive(pid: int) -> bool:
-    """Running (a zombie, dead but not yet reaped by whoever forked it, is not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def distributed_lines(workload, options: LaunchOptions) -> list[dict]:

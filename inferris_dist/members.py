@@ -42,6 +42,7 @@ class Spawned:
         self.template = template          # forks workers that have imported already; else spawn
         self.workers: dict[int, WorkerProcess] = {}
         self.pids: dict[int, list[int]] = {r: [] for r in range(channel.world_size)}  # oldest first
+        self.started: list[WorkerProcess] = []      # every worker ever started, restarts too
         channel.explain = self.explain
 
     def argv(self, rank: int) -> list[str]:
@@ -71,6 +72,7 @@ class Spawned:
         for w in started:
             self.workers[w.rank] = w
             self.pids[w.rank].append(w.pid)
+            self.started.append(w)
             self.channel.watch_process(w.rank, w.sentinel)
         return self.start_timeout, f"did not finish the handshake within {self.start_timeout:g} s"
 
@@ -119,6 +121,11 @@ class Spawned:
     @property
     def pids_started(self) -> list[int]:
         return [pid for pids in self.pids.values() for pid in pids]
+
+    def still_running(self) -> list[int]:
+        """Pids of workers we started that still run (each judged by its own handle, not by
+        its pid, which the system may have given to another process since)."""
+        return [w.pid for w in self.started if w.alive()]
 
 
 class External:

@@ -158,25 +158,34 @@ class ForkedProcess(WorkerProcess):
         self.proc = None
         self.log_path = log_path
         self.template = template
+        self._exited = False
         try:
             self._pidfd = os.pidfd_open(pid)
         except OSError:
             self._pidfd = None
 
     def alive(self) -> bool:
+        """Once seen gone, gone for good: after its pidfd is closed its pid may be reused."""
+        if self._exited:
+            return False
         if self._pidfd is not None:
-            return not select.select([self._pidfd], [], [], 0)[0]
-        if self.template.status_of(self.pid) is not None:
-            return False
-        try:
-            with open(f"/proc/{self.pid}/stat") as f:      # a zombie the template has not reaped
-                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-        except (OSError, IndexError):
-            return False
+            self._exited = bool(select.select([self._pidfd], [], [], 0)[0])
+        elif self.template.status_of(self.pid) is not None:
+            self._exited = True
+        else:
+            try:
+                with open(f"/proc/{self.pid}/stat") as f:   # a zombie the template has not reaped
+                    self._exited = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+            except (OSError, IndexError):
+                self._exited = True
+        return not self._exited
 
     def wait(self, timeout: float) -> bool:
+        if self._exited:
+            return True
         if self._pidfd is not None:
-            return bool(select.select([self._pidfd], [], [], max(0.0, timeout))[0])
+            self._exited = bool(select.select([self._pidfd], [], [], max(0.0, timeout))[0])
+            return self._exited
         deadline = time.monotonic() + timeout
         while self.alive() and time.monotonic() < deadline:
             time.sleep(0.01)
