@@ -227,10 +227,6 @@ def cmd_mechs(args) -> int:
 
 def cmd_launch(args) -> int:
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
-    if args.audit_every < 0:
-        raise UsageError("inferris-dist launch: --audit-every must be >= 0")
-    if args.max_restarts < 0:
-        raise UsageError("inferris-dist launch: --max-restarts must be >= 0")
     from . import cmd_launch as launching  # the executor on processes: only when it is used
     return launching.run_launch(workload, name, args)
 

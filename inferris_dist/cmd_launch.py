@@ -213,13 +213,11 @@ def distributed_lines(workload, options: LaunchOptions) -> list[dict]:
 def run_compare(workload, name: str, args) -> int:
     """The workload in process and on processes (with the launch's faults and policy): equal
     traces, or the first difference; when a side failed, which side, how, where."""
-    if args.audit_every < 0 or args.max_restarts < 0:
-        raise WorkloadError("--audit-every and --max-restarts must be >= 0")
-    local = trace_dicts(Engine(workload, rung=args.rung))
     options = LaunchOptions(step_timeout=args.step_timeout, faults=args.fault,
                             audit_every=args.audit_every, on_rank_loss=args.on_rank_loss,
                             max_restarts=args.max_restarts, rung=args.rung)
     options.check()
+    local = trace_dicts(Engine(workload, rung=args.rung))
     remote = distributed_lines(workload, options)
     n = workload.config.world_size
     where = f"in process and on {n} worker process{'es' * (n != 1)}"

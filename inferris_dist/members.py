@@ -41,23 +41,24 @@ class Spawned:
         self.start_timeout = start_timeout
         self.template = template          # forks workers that have imported already; else spawn
         self.workers: dict[int, WorkerProcess] = {}
-        self.pids: dict[int, list[int]] = {r: [] for r in range(channel.world_size)}  # oldest first
         self.started: list[WorkerProcess] = []      # every worker ever started, restarts too
         channel.explain = self.explain
 
+    def worker_args(self, rank: int, parent_pid: int, death_signal: bool) -> list[str]:
+        return (["--rank", str(rank), "--world-size", str(self.channel.world_size),
+                 "--connect", self.channel.address, "--parent-pid", str(parent_pid)]
+                + ["--death-signal"] * death_signal)
+
     def argv(self, rank: int) -> list[str]:
-        argv = [sys.executable, "-m", "inferris_dist.worker", "--rank", str(rank),
-                "--world-size", str(self.channel.world_size), "--connect", self.channel.address,
-                "--parent-pid", str(os.getpid())]
-        if threading.current_thread() is threading.main_thread():
-            argv.append("--death-signal")  # tied to the spawning thread: only the main one lasts
-        return argv
+        """A fresh interpreter's command line; the parent-death signal follows the spawning
+        thread, so it is asked for only from the main one."""
+        main_thread = threading.current_thread() is threading.main_thread()
+        return [sys.executable, "-m", "inferris_dist.worker",
+                *self.worker_args(rank, os.getpid(), main_thread)]
 
     def forked_argv(self, rank: int) -> list[str]:
         """A forked worker's arguments: its parent is the template, which dies with us."""
-        return ["--rank", str(rank), "--world-size", str(self.channel.world_size),
-                "--connect", self.channel.address, "--parent-pid", str(self.template.pid),
-                "--death-signal"]
+        return self.worker_args(rank, self.template.pid, True)
 
     def start(self, ranks: Sequence[int]) -> tuple[float, str]:
         """Start workers for `ranks`; the wait for their handshake, and what it means to miss it."""
@@ -71,7 +72,6 @@ class Spawned:
             started = spawn_workers(self.argv, self.channel.world_size, self.secret, ranks, self.log_dir)
         for w in started:
             self.workers[w.rank] = w
-            self.pids[w.rank].append(w.pid)
             self.started.append(w)
             self.channel.watch_process(w.rank, w.sentinel)
         return self.start_timeout, f"did not finish the handshake within {self.start_timeout:g} s"
@@ -119,8 +119,16 @@ class Spawned:
             self.template = None
 
     @property
+    def pids(self) -> dict[int, list[int]]:
+        """Per rank, the pids of its workers, oldest first (a restart adds one)."""
+        out: dict[int, list[int]] = {r: [] for r in range(self.channel.world_size)}
+        for w in self.started:
+            out[w.rank].append(w.pid)
+        return out
+
+    @property
     def pids_started(self) -> list[int]:
-        return [pid for pids in self.pids.values() for pid in pids]
+        return [w.pid for w in self.started]
 
     def still_running(self) -> list[int]:
         """Pids of workers we started that still run (each judged by its own handle, not by

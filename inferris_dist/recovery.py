@@ -62,37 +62,38 @@ class DistributedEngine(Engine):
         self.recoveries: list[Recovery] = []       # since take_recoveries()
         self._preempted_between_steps: list[str] = []  # by a recompute after an audit: shown next step
         self.timeline = None                       # a Timeline, to record where the time went
+        self._idle_from: int | None = None         # the first step of the idle stretch we are in
 
     def run(self) -> Iterator[StepTrace]:
-        idle_from = None
-        while not self.done:
-            if self.is_idle():             # no plan crosses: the scheduler answers it itself
-                if idle_from is None:
-                    idle_from = self.step_id
-                yield self.idle_step()
-                continue
-            if idle_from is not None:
-                self._log_idle(idle_from, self.step_id - 1)
-                idle_from = None
-            trace = self.step()
+        """The engine's own loop, with the shard audited every `audit_every` steps that
+        crossed the boundary, and always at the end."""
+        for trace in super().run():
             yield trace
-            self.check_progress(trace)
-            if self.audit_every and (trace.step + 1) % self.audit_every == 0 and not self.done:
+            if (self._idle_from is None and self.audit_every and not self.done
+                    and (trace.step + 1) % self.audit_every == 0):
                 self.audit(trace.step)
-        if idle_from is not None:
-            self._log_idle(idle_from, self.step_id - 1)
+        self._end_idle()
         self.audit(self.step_id - 1)
 
-    def _log_idle(self, first: int, last: int) -> None:
-        if self.group.log:
-            self.group.log.event("idle", first=first, last=last,
+    def idle_step(self) -> StepTrace:
+        """No plan crosses: the scheduler answers an empty one itself (one wire-log event per
+        stretch of such steps)."""
+        if self._idle_from is None:
+            self._idle_from = self.step_id
+        return super().idle_step()
+
+    def _end_idle(self) -> None:
+        if self._idle_from is not None and self.group.log:
+            self.group.log.event("idle", first=self._idle_from, last=self.step_id - 1,
                                  text="empty plans, answered by the scheduler: no round trip")
+        self._idle_from = None
 
     def take_recoveries(self) -> list[Recovery]:
         recoveries, self.recoveries = self.recoveries, []
         return recoveries
 
     def step(self) -> StepTrace:
+        self._end_idle()
         clock = self.timeline.span if self.timeline is not None else _no_span
         with clock("scheduler", f"prepare {self.step_id}"):
             prepared = self.prepare()
