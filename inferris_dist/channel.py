@@ -102,6 +102,7 @@ class RankChannel:
         self.last_record: StepRecord | None = None
         self._answered: dict[int, tuple[int, int]] = {}   # rank -> (epoch, step) last joined
         self._dead: set[int] = set()                      # ranks whose process or connection ended
+        self._unlogged = None                             # (got, kind, step, record) of a gather
         self._poller = zmq.Poller()
 
     # -- the socket --------------------------------------------------------------------
@@ -149,6 +150,9 @@ class RankChannel:
         self.rank_of[member.identity] = member.rank
         self._dead.discard(member.rank)
         self.blamed.discard(member.rank)        # a new member, blameless
+        if self.log:
+            self.log.event("member", rank=member.rank, epoch=member.epoch, pid=member.pid,
+                           host=member.host if member.replaceable else "", proof=member.proof)
 
     def retire(self, rank: int, why: str) -> Member | None:
         """Rank `rank` has no member any more; its connection is remembered, to be told to exit."""
@@ -185,8 +189,15 @@ class RankChannel:
 
     def gather(self, expect: MsgType, step: int, sent_at: dict[int, float],
                record: StepRecord | None) -> dict[int, tuple[wire.Header, bytes]]:
+        """One reply of kind `expect` from every rank for `step`, or RankLost. The replies that
+        came before a failure are logged with it: the wire log holds every message that crossed."""
         deadline = min(sent_at.values()) + self.step_timeout
         got: dict[int, tuple[wire.Header, bytes]] = {}
+        self._unlogged = (got, expect, step, record)     # until logged, by log_replies or a loss
+        self._gather(got, expect, step, sent_at, record, deadline)
+        return got
+
+    def _gather(self, got, expect, step, sent_at, record, deadline) -> None:
         while len(got) < self.world_size:
             dead, messages = self.wait(deadline)
             for frames, meta in messages:
@@ -199,7 +210,6 @@ class RankChannel:
                 raise self.lost(silent[0], step, "timeout",
                                 f"gave no answer to step {step} within {self.step_timeout:g} s",
                                 also=silent[1:])
-        return got
 
     def take(self, frames, meta, expect, step, got, sent_at, record) -> None:
         rank = self.rank_of.get(frames[0])
@@ -219,7 +229,7 @@ class RankChannel:
                             f"broke the protocol: its message names rank {header.rank}")
         current = header.type is expect and header.epoch == self.epoch and header.step == step
         if rank in got or not current:
-            self.drop(rank, header)
+            self.drop(rank, header, body=frames[2])
             return
         got[rank] = (header, frames[2])
         totals = self.totals[rank]
@@ -262,13 +272,21 @@ class RankChannel:
         self.note(None, f"dropped a message from an unknown peer ({peer}){' ' + during if during else ''}")
         return False
 
-    def drop(self, rank: int, header: wire.Header, when: str = "") -> None:
-        """Count and note a reply that is not joined: a duplicate of one already taken, or stale."""
+    def drop(self, rank: int, header: wire.Header, when: str = "", body: bytes | None = None) -> None:
+        """Count and note a reply that is not joined: a duplicate of one already taken, or stale.
+        It crossed, so it is logged too (marked dropped), as it came."""
         seen = self._answered.get(rank) == (header.epoch, header.step) or (
             header.epoch == self.epoch and self.last_record is not None
             and header.step == self.last_record.step and rank in self.last_record.rtt)
         what = "duplicate" if seen else "stale"
         self.totals[rank].dropped += 1
+        if self.log and body is not None:
+            try:
+                decoded = wire.decode_body(header.type, body)
+            except wire.WireError as e:
+                decoded = {"undecodable": str(e)}
+            self.log.message("in", rank, header.epoch, header.step, header.type.name, len(body),
+                             decoded, dropped=what)
         self.note(rank, f"dropped a {what} {header.type.name} from rank {rank} "
                         f"(epoch {header.epoch}, step {header.step}){' ' + when if when else ''}")
 
@@ -391,6 +409,7 @@ class RankChannel:
         ranks = tuple(range(self.world_size)) if rank is None else (rank, *also)
         self.blamed.update(ranks)
         step = None if step < 0 else step
+        self.log_replies({})          # what did come back for the failed attempt, first
         if self.log:
             self.log.event("rank-lost", rank=rank, ranks=list(ranks), step=step, epoch=self.epoch,
                            reason=reason, message=message)
@@ -427,6 +446,39 @@ class RankChannel:
                     body) -> None:
         if self.log:
             self.log.message(direction, rank, self.epoch, step, kind.name, num_bytes, body)
+
+    def log_replies(self, decoded: dict[int, object]) -> None:
+        """Log the replies of the last gather, once: `decoded` by rank where the caller decoded
+        them (the others are decoded here, for the log only)."""
+        pending, self._unlogged = self._unlogged, None
+        if pending is None or not self.log:
+            return
+        got, kind, step, record = pending
+        came = (lambda r: record.sent[r] + record.rtt[r]) if record is not None else (lambda r: r)
+        for r in sorted(got, key=came):             # in the order they came
+            self.log_reply(r, kind, step, got[r][1], decoded.get(r), record)
+
+    def log_reply(self, rank: int, kind: MsgType, step: int, body: bytes, decoded,
+                  record: StepRecord | None) -> None:
+        """A reply that crossed, at the time it came: for a RESULT also when its plan went
+        out, the round trip, and the rank's own times. `decoded` None: decoded here for the
+        log only (a reply of a failed attempt; one that does not decode is logged as such)."""
+        if not self.log:
+            return
+        if decoded is None:
+            try:
+                decoded = wire.decode_body(kind, body)
+            except wire.WireError as e:
+                decoded = {"undecodable": str(e)}
+        extra = {}
+        t = None
+        if record is not None and rank in record.rtt:
+            sent, rtt = record.sent[rank], record.rtt[rank]
+            t = sent + rtt
+            extra = {"sent": round(sent, 6), "rtt": round(rtt, 6)}
+            if rank in record.inside:
+                extra["inside"] = [round(x, 6) for x in record.inside[rank]]
+        self.log.message("in", rank, self.epoch, step, kind.name, len(body), decoded, t=t, **extra)
 
 
 def peer_label(ident: bytes, meta: Meta | None, host: str = "") -> str:

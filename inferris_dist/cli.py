@@ -7,6 +7,7 @@ traceback reaches a user.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -29,6 +30,7 @@ from .cliargs import (
 from .faults import POLICIES, parse_faults
 from .mechanisms import MECHANISMS
 from .mechanisms import find as find_mechanism
+from .metrics import Metrics, MetricsFile, MetricsNotWritten, error_object, write_quietly
 from .workload_source import REQUEST_FORMAT, WORKLOAD_HELP, workload_from_flags
 
 
@@ -75,9 +77,17 @@ def add_fault_flags(p) -> None:
                    help="restarts allowed in one run before giving up (default 3)")
 
 
+def add_metrics_flag(p) -> None:
+    p.add_argument("--metrics", metavar="FILE",
+                   help="write the run's numbers as one JSON document: counters per step, "
+                        "each request's steps to first token and to finish, prefix hit rate, "
+                        "acceptance, batch sizes (launch: also wall time per step, rtt per rank)")
+
+
 def add_launch_flags(p) -> None:
     """launch's own flags (the module that runs it is imported only when it runs)."""
     add_fault_flags(p)
+    add_metrics_flag(p)
     p.add_argument("--timeline", metavar="FILE",
                    help="write a Chrome trace (chrome://tracing, ui.perfetto.dev): scheduler "
                         "phases, each rank's round trips and what it did inside them")
@@ -114,12 +124,21 @@ def build_parser() -> Parser:
     add_workload_flags(run)
     add_rung_flag(run)
     add_output_flags(run)
+    add_metrics_flag(run)
     demo = sub.add_parser("demo", help="run the built-in three-request demo in one process")
     demo.add_argument("--json", action="store_true", help="SPEC §4 JSON lines")
+    from .cmd_inspect import JSON_HELP
     ins = sub.add_parser("inspect", help="read a --wire-log: a line per step, or one step's plan, "
-                         "each rank's result and the join")
+                         "each rank's result and the join", epilog=JSON_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     ins.add_argument("wirelog", metavar="WIRELOG", help="a file written by launch --wire-log")
     ins.add_argument("--step", type=int_arg, metavar="K", help="show step K in full")
+    ins.add_argument("--json", action="store_true", help="one JSON object per line (shapes below)")
+    htm = sub.add_parser("html", help="write a --wire-log as one self-contained page: lanes for the "
+                         "scheduler, every rank and request; click a step for its plan and results")
+    htm.add_argument("wirelog", metavar="WIRELOG", help="a file written by launch --wire-log")
+    htm.add_argument("-o", "--output", required=True, metavar="FILE", help="the page to write")
+    htm.add_argument("--title", help="the page's title (default: the run's name)")
     lad = sub.add_parser("ladder", help="run a workload at every rung of the mechanism ladder; "
                          "one table of what each mechanism buys")
     add_workload_flags(lad)
@@ -134,10 +153,13 @@ def build_parser() -> Parser:
     add_output_flags(la)
     la.add_argument("--wire-log", metavar="FILE", help="write every message that crossed as JSON lines")
     add_launch_flags(la)
-    co = sub.add_parser("compare", help="run in process and on worker processes; diff the traces")
+    co = sub.add_parser("compare", help="run in process and on worker processes; check the policy's "
+                        "promise (the same trace; under recompute, the same summary)")
     add_workload_flags(co)
     add_rung_flag(co)
     add_fault_flags(co)
+    co.add_argument("--json", action="store_true",
+                    help="one JSON object: what was compared, the verdict, the first difference")
     wo = sub.add_parser("worker", help="a rank worker, for a scheduler started with `launch --listen` "
                         "(`inferris-dist worker --help` for its flags)")
     wo.add_argument("worker_args", nargs="*", help="--connect tcp://HOST:PORT --keys DIR [--rank R] "
@@ -153,7 +175,7 @@ def build_parser() -> Parser:
 
 def cmd_run(args) -> int:
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
-    return run_in_process(workload, name, args.json, args.rung, args.verbose)
+    return run_in_process(workload, name, args.json, args.rung, args.verbose, args.metrics)
 
 
 def cmd_demo(args) -> int:
@@ -161,15 +183,19 @@ def cmd_demo(args) -> int:
     return run_in_process(workload, name, args.json)
 
 
-def run_in_process(workload, name: str, as_json: bool, rung: str = "full", verbose: bool = False) -> int:
+def run_in_process(workload, name: str, as_json: bool, rung: str = "full", verbose: bool = False,
+                   metrics_path: str | None = None) -> int:
     out = sys.stdout
     parse_faults((), workload.config.world_size, workload.faults)   # refused alike by run and launch
     if workload.faults:
         sys.stderr.write(f"inferris-dist: note: the workload's faults ({', '.join(workload.faults)}) "
                          f"act on worker processes; run them with `inferris-dist launch`\n")
     engine = Engine(workload, rung=rung)
+    file = MetricsFile(metrics_path) if metrics_path is not None else None
     progress = render.Progress(sys.stderr, len(workload.requests))
     total = len(workload.requests)
+    if as_json and file is not None:
+        return _json_with_metrics(engine, Metrics(engine, name), file, out, progress)
     if as_json:
         last = ""
         try:
@@ -179,6 +205,7 @@ def run_in_process(workload, name: str, as_json: bool, rung: str = "full", verbo
         finally:
             progress.clear()
         return EXIT_FAILED if last.startswith('{"error"') else EXIT_OK
+    metrics = Metrics(engine, name, keep_steps=file is not None)
     style = render.Style.for_stream(out)
     out.write(render.header(workload, name) + "\n")
     printer = render.StepPrinter(out, style, verbose)
@@ -186,6 +213,7 @@ def run_in_process(workload, name: str, as_json: bool, rung: str = "full", verbo
     try:
         for trace in engine.run():
             num_steps += 1
+            metrics.step(trace)
             progress.clear()
             printer.step(trace)
             progress.update(trace.step, total - engine.num_unfinished)
@@ -195,12 +223,59 @@ def run_in_process(workload, name: str, as_json: bool, rung: str = "full", verbo
         out.write(render.request_table(engine.summary(), style) + "\n")
         out.flush()
         render.write_error(err, sys.stderr, render.Style.for_stream(sys.stderr))
+        if file is not None:
+            write_quietly(file, metrics.document(error=err.to_json()))
         return EXIT_FAILED
+    except BaseException as e:               # interrupted (or a bug): the file says so
+        if file is not None:
+            write_quietly(file, metrics.document(error=error_object(e, engine.step_id)))
+        raise
     finally:
         progress.clear()
     printer.flush()
     out.write(render.request_table(engine.summary(), style) + "\n")
     out.write(render.closing_line(num_steps, engine.summary()) + "\n")
+    for line in metrics.summary_lines():
+        out.write(line + "\n")
+    if file is not None:
+        try:
+            file.write(metrics.document())
+        except MetricsNotWritten as err:
+            out.flush()
+            render.write_error(err, sys.stderr, render.Style.for_stream(sys.stderr))
+            return EXIT_FAILED
+    return EXIT_OK
+
+
+def _json_with_metrics(engine, metrics: Metrics, file: MetricsFile, out, progress) -> int:
+    """`run --json --metrics FILE`: the lines of `trace_json_lines` (the same bytes), each
+    step recorded on the way. The summary line waits for the file: a file the machine
+    refuses ends the run as a failure, its error object in the summary's place."""
+    total = len(engine.requests)
+    failure = None
+    try:
+        for trace in engine.run():
+            metrics.step(trace)
+            out.write(engine.json_line(trace) + "\n")
+            progress.update(trace.step, total - engine.num_unfinished)
+    except EngineError as err:
+        failure = err
+    except BaseException as e:
+        write_quietly(file, metrics.document(error=error_object(e, engine.step_id)))
+        raise
+    finally:
+        progress.clear()
+    if failure is not None:
+        write_quietly(file, metrics.document(error=failure.to_json()))
+    else:
+        try:
+            file.write(metrics.document())
+        except MetricsNotWritten as err:
+            failure = err
+    if failure is not None:
+        out.write(json.dumps(failure.to_json()) + "\n")
+        return EXIT_FAILED
+    out.write(json.dumps({"summary": engine.summary()}) + "\n")
     return EXIT_OK
 
 
@@ -253,7 +328,13 @@ def cmd_ladder(args) -> int:
 
 def cmd_inspect(args) -> int:
     from .cmd_inspect import run_inspect
-    return run_inspect(args.wirelog, args.step, sys.stdout, render.Style.for_stream(sys.stdout))
+    return run_inspect(args.wirelog, args.step, sys.stdout, render.Style.for_stream(sys.stdout), args.json)
+
+
+def cmd_html(args) -> int:
+    from .page import write_page
+    write_page(args.wirelog, args.output, args.title)
+    return EXIT_OK
 
 
 def cmd_compare(args) -> int:
@@ -264,7 +345,8 @@ def cmd_compare(args) -> int:
 
 COMMANDS = {"run": cmd_run, "demo": cmd_demo, "mechs": cmd_mechs, "launch": cmd_launch,
             "compare": cmd_compare, "keys": cmd_keys, "ladder": cmd_ladder,
-            "inspect": cmd_inspect}
+            "inspect": cmd_inspect,
+            "html": cmd_html}
 
 
 def _attach_dashed_values(argv: list[str]) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import zmq
 
@@ -16,8 +17,9 @@ from .entry import LaunchOptions, launch
 from .timeline import Timeline
 
 
-def options_from_args(args, timeline: Timeline | None, log_stream, on_waiting) -> LaunchOptions:
-    return LaunchOptions(step_timeout=args.step_timeout, faults=args.fault,
+def options_from_args(args, timeline: Timeline | None, log_stream, on_waiting,
+                      name: str = "") -> LaunchOptions:
+    return LaunchOptions(name=name, step_timeout=args.step_timeout, faults=args.fault,
                          audit_every=args.audit_every, on_rank_loss=args.on_rank_loss,
                          max_restarts=args.max_restarts, wire_log=log_stream, timeline=timeline,
                          listen=args.listen, keys=args.keys, join_timeout=args.join_timeout,
@@ -27,6 +29,7 @@ def options_from_args(args, timeline: Timeline | None, log_stream, on_waiting) -
 def run_launch(workload, name: str, args) -> int:
     """`inferris-dist launch`: print every step and what crossed, or `--json` (the bytes of
     `run --json`); exit 1 with the diagnosis when the ranks fail."""
+    from .metrics import Metrics, MetricsFile, empty_document, error_object, timed
     as_json = args.json
     out = sys.stdout
     style = render.Style.for_stream(out)
@@ -39,6 +42,20 @@ def run_launch(workload, name: str, args) -> int:
     log_stream = _open_for_writing(args.wire_log, "--wire-log")
     timeline_stream = _open_for_writing(args.timeline, "--timeline")
     timeline = Timeline() if timeline_stream is not None else None
+    metrics_path = getattr(args, "metrics", None)
+    metrics_file = MetricsFile(metrics_path) if metrics_path is not None else None
+    metrics = None
+
+    def metrics_document(problem, escaping) -> dict:
+        """What there is, and what ended the run (a failure, an output the machine refused,
+        an interrupt on its way out)."""
+        ended = failure or problem
+        error = (ended.to_json() if ended is not None else None if escaping is None
+                 else error_object(escaping, engine.step_id if engine is not None else None))
+        if metrics is None:
+            return empty_document(name, error)
+        return metrics.document(group.totals if group is not None else None, error)
+
     options = options_from_args(args, timeline, log_stream,
                                 lambda *waiting: announce(args, workload, *waiting))
     try:
@@ -47,17 +64,21 @@ def run_launch(workload, name: str, args) -> int:
         for stream in (log_stream, timeline_stream):
             if stream is not None:
                 stream.close()
+        if metrics_file is not None:
+            metrics_file.close()
         raise
     total = len(workload.requests)
     progress = render.Progress(sys.stderr, total)
     try:
         with launch(workload, options=options) as engine:
             group = engine.group
+            metrics = Metrics(engine, name, keep_steps=metrics_file is not None)
             if not as_json:
                 out.write(render.header(workload, name) + "\n")
                 out.write(style.dim(f"{'':>{render.STEP_WIDTH}}  {members_line(group, started)}") + "\n")
-            for trace in engine.run():
+            for trace, wall_s in timed(engine.run()):
                 num_steps += 1
+                metrics.step(trace, wall_s)
                 rtt = group.last_record.rtt if group.last_record is not None else {}
                 extra = (f" · rtt {1000 * sorted(rtt.values())[len(rtt) // 2]:.2f} ms" if rtt else "")
                 if as_json:
@@ -93,11 +114,21 @@ def run_launch(workload, name: str, args) -> int:
         else:
             printer.flush()
             if group is not None:
-                write_boundary(out, style, group.world_size, group.take_attempts(),
-                               engine.take_recoveries() if engine is not None else [])
+                attempts = group.take_attempts()
+                recoveries = engine.take_recoveries() if engine is not None else []
+                failed_here = err.step is not None and any(a.step == err.step for a in attempts)
+                if failed_here:
+                    head, why = render.failed_step_lines(err, style)
+                    out.write(head + "\n")
+                write_boundary(out, style, group.world_size, attempts, recoveries)
+                if failed_here:
+                    out.write(why + "\n")
     finally:
         progress.clear()
-        closing = _finish_outputs(log_stream, timeline_stream, timeline, args)
+        escaping = sys.exc_info()[1]         # an interrupt (or a bug) on its way out
+        closing = _finish_outputs(log_stream, timeline_stream, timeline, args, metrics_file,
+                                  lambda problem: metrics_document(problem, escaping))
+    _say_unfired(group, engine)
     if closing is not None and failure is None:
         status, failure = EXIT_FAILED, closing
         if as_json:
@@ -110,6 +141,8 @@ def run_launch(workload, name: str, args) -> int:
     if engine is not None:
         out.write(render.request_table(engine.summary(), style) + "\n")
         out.write(render.closing_line(num_steps, engine.summary()) + "\n")
+        for line in metrics.summary_lines() if metrics is not None else ():
+            out.write(line + "\n")
     if group is not None:
         out.write(render.rank_table(group.totals, group.rank_pids, style,
                                     group.members.hosts if group.external else None) + "\n")
@@ -120,10 +153,21 @@ def run_launch(workload, name: str, args) -> int:
     return status
 
 
+def _say_unfired(group, engine) -> None:
+    """A fault that never fired is named (stderr: --json stays clean; the exit status is the
+    run's): a typo'd step must not pass for a run that survived it."""
+    if group is None or not group.unfired:
+        return
+    last = engine.step_id - 1 if engine is not None else None
+    for fault in group.unfired:
+        sys.stderr.write(f"inferris-dist: fault {render.shown(fault.text)} never fired "
+                         f"(no plan reached step {fault.step}; the run ended at step {last})\n")
+
+
 def announce(args, workload, address: str, ranks: list[int], timeout: float, rejoin: bool) -> None:
     """The one line saying where we listen and how to start the ranks (stderr: --json stays clean)."""
     n = workload.config.world_size
-    keys = f" --keys {args.keys}" if args.keys else ""
+    keys = f" --keys {Path(args.keys).resolve()}" if args.keys else ""
     rank_flag = f"--rank {ranks[0]}" if len(ranks) == 1 else "--rank R"
     if rejoin:
         who = f"a replacement for rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}"
@@ -161,8 +205,11 @@ def _workers_line(group) -> str:
             f"{'none left running' if not left else 'STILL RUNNING: ' + ' '.join(map(str, left))}")
 
 
-def _finish_outputs(log_stream, timeline_stream, timeline, args) -> EngineError | None:
-    """Close the wire log and write the timeline; a failure names the file (never a traceback)."""
+def _finish_outputs(log_stream, timeline_stream, timeline, args, metrics_file=None,
+                    metrics_document=None) -> EngineError | None:
+    """Close the wire log, write the timeline, then the --metrics document
+    (`metrics_document(problem)` makes it, told what failed here so far); a failure names
+    the file (never a traceback)."""
     problem = None
     for stream, flag, path in ((log_stream, "--wire-log", args.wire_log),
                                (timeline_stream, "--timeline", args.timeline)):
@@ -178,6 +225,12 @@ def _finish_outputs(log_stream, timeline_stream, timeline, args) -> EngineError 
                 stream.close()
             except OSError:
                 pass
+    if metrics_file is not None:
+        from .metrics import MetricsNotWritten
+        try:
+            metrics_file.write(metrics_document(problem))
+        except MetricsNotWritten as e:
+            problem = problem or e
     return problem
 
 
@@ -211,34 +264,91 @@ def distributed_lines(workload, options: LaunchOptions) -> list[dict]:
 
 
 def run_compare(workload, name: str, args) -> int:
-    """The workload in process and on processes (with the launch's faults and policy): equal
-    traces, or the first difference; when a side failed, which side, how, where."""
+    """The workload in process and on processes (with the launch's faults and policy), judged
+    by what the policy promises: the same trace (no policy needed, abort, restore) or, under
+    recompute, the same summary (its recovery replans: the steps may differ, the tokens
+    every request generates and how it finishes may not). When a side failed: which, how, where."""
     options = LaunchOptions(step_timeout=args.step_timeout, faults=args.fault,
                             audit_every=args.audit_every, on_rank_loss=args.on_rank_loss,
                             max_restarts=args.max_restarts, rung=args.rung)
     options.check()
     local = trace_dicts(Engine(workload, rung=args.rung))
     remote = distributed_lines(workload, options)
+    verdict = judge(local, remote, args.on_rank_loss)
     n = workload.config.world_size
+    verdict = {"workload": name, "world_size": n, "rung": args.rung, "policy": args.on_rank_loss,
+               "faults": list(workload.faults) + list(args.fault), **verdict}
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(verdict) + "\n")
+    else:
+        sys.stdout.write(compare_text(verdict) + "\n")
+    return EXIT_OK if verdict["holds"] else EXIT_FAILED
+
+
+def judge(local: list[dict], remote: list[dict], policy: str) -> dict:
+    """What was compared, whether the promise holds, and the first difference if not."""
+    steps = [sum(1 for line in lines if "step" in line and "error" not in line) for lines in (local, remote)]
+    failed = {side: lines[-1] for side, lines in (("in process", local), ("on processes", remote))
+              if lines and "error" in lines[-1]}
+    out = {"compared": "summaries" if policy == "recompute" else "traces",
+           "steps": {"in process": steps[0], "on processes": steps[1]},
+           "failed": {side: err for side, err in failed.items()}, "difference": None}
+    trace_diff = first_difference(local, remote)
+    if failed and not (len(failed) == 2 and trace_diff is None):
+        out["holds"] = False
+        return out
+    if out["compared"] == "traces" or failed:
+        out["holds"] = trace_diff is None
+        out["difference"] = trace_diff
+        return out
+    summary_diff = first_summary_difference(local[-1].get("summary", []), remote[-1].get("summary", []))
+    out["holds"] = summary_diff is None
+    out["difference"] = summary_diff
+    out["traces_identical"] = trace_diff is None
+    return out
+
+
+def compare_text(v: dict) -> str:
+    """The verdict for people: one line, or one per failed side."""
+    name, n = render.shown(v["workload"]), v["world_size"]
     where = f"in process and on {n} worker process{'es' * (n != 1)}"
-    diff = first_difference(local, remote)
-    num_steps = sum(1 for line in local if "step" in line and "error" not in line)
-    if diff is None:
-        ends = f", both ending {_failure(local[-1])}" if "error" in local[-1] else ""
-        sys.stdout.write(f"{render.shown(name)}: identical ({num_steps} steps{ends}) {where}\n")
-        return EXIT_OK
-    failed = [(side, lines[-1]) for side, lines in (("in process", local), ("on processes", remote))
-              if "error" in lines[-1]]
-    if failed:
-        for side, err in failed:
-            sys.stdout.write(f"{render.shown(name)}: the run {side} failed: {_failure(err)}: "
-                             f"{render.shown(err.get('message', ''))}\n")
+    failed = v["failed"]
+    if failed and not v["holds"]:
+        lines = [f"{name}: the run {side} failed: {_failure(err)}: {render.shown(err.get('message', ''))}"
+                 for side, err in failed.items()]
         if len(failed) == 1:
-            other = "on processes" if failed[0][0] == "in process" else "in process"
-            sys.stdout.write(f"{render.shown(name)}: the run {other} did not\n")
-        return EXIT_FAILED
-    sys.stdout.write(f"{render.shown(name)}: traces differ: {diff}\n")
-    return EXIT_FAILED
+            other = "on processes" if "in process" in failed else "in process"
+            lines.append(f"{name}: the run {other} did not")
+        return "\n".join(lines)
+    steps = v["steps"]
+    if v["compared"] == "traces":
+        if v["holds"]:
+            ends = f", both ending {_failure(failed['in process'])}" if failed else ""
+            return f"{name}: identical ({steps['in process']} steps{ends}) {where}"
+        return f"{name}: traces differ: {v['difference']}"
+    if v["holds"]:
+        how = ("the traces too" if v.get("traces_identical") else
+               f"the steps differ, as recompute's replanning may: {steps['in process']} steps in "
+               f"process, {steps['on processes']} on processes")
+        return (f"{name}: the same summary {where} (recompute promises the summary, not the steps; "
+                f"compared every request's state, generated, computed and finish: identical; {how})")
+    return f"{name}: summaries differ under recompute: {v['difference']}"
+
+
+def first_summary_difference(a: list[dict], b: list[dict]) -> str | None:
+    """The first request whose summary differs (its state, tokens generated, positions
+    computed, finish reason: recompute changes the steps, never these)."""
+    by_id = {r.get("request_id"): r for r in b}
+    for r in a:
+        other = by_id.get(r.get("request_id"))
+        if other is None:
+            return f"request {render.shown(str(r.get('request_id')))}: missing on processes"
+        differs = _first_field(r, other)
+        if differs is not None:
+            return f"request {render.shown(str(r.get('request_id')))}, {differs}"
+    if len(a) != len(b):
+        return f"in process {len(a)} requests, on processes {len(b)}"
+    return None
 
 
 def _failure(err: dict) -> str:
@@ -257,10 +367,16 @@ def first_difference(a: list[dict], b: list[dict]) -> str | None:
             y = {k: y.get(k) for k in ("error", "step")} if "error" in y else y
         if x != y:
             where = f"step {x['step']}" if "step" in x else f"line {i + 1}"
-            for key in dict.fromkeys([*x, *y]):
-                if x.get(key) != y.get(key):
-                    return (f"{where}, field {key!r}: in process {json.dumps(x.get(key))}, "
-                            f"on processes {json.dumps(y.get(key))}")
+            return f"{where}, {_first_field(x, y)}"
     if len(a) != len(b):
         return f"in process {len(a)} lines, on processes {len(b)} lines"
+    return None
+
+
+def _first_field(x: dict, y: dict) -> str | None:
+    """The first field two objects disagree on, both values shown (None: they agree)."""
+    for key in dict.fromkeys([*x, *y]):
+        if x.get(key) != y.get(key):
+            return (f"field {key!r}: in process {json.dumps(x.get(key))}, "
+                    f"on processes {json.dumps(y.get(key))}")
     return None

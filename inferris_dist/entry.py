@@ -19,12 +19,13 @@ start leave when they stop hearing from us: keep stepping the engine.
 from __future__ import annotations
 
 import ipaddress
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence, TextIO
 
-from engine import Workload, WorkloadError, load_workload
+from engine import EngineError, Workload, WorkloadError, load_workload
 from engine.rungs import rung as rung_named
 
 from .cliargs import MAX_SECONDS, valid_seconds
@@ -55,6 +56,7 @@ class LaunchOptions:
     # told (address, ranks, timeout, rejoin) when the group waits for members to join
     on_waiting: Callable[[str, list[int], float, bool], None] | None = None
     rung: str = "full"                  # the mechanism ladder's rung (SPEC §6)
+    name: str = ""                      # the workload's name, for the wire log and the page
 
     def check(self) -> None:
         """Refuse, as bad input (WorkloadError), options that cannot work together."""
@@ -117,6 +119,15 @@ def launch(workload: Workload | dict | str | Path, world_size: int | None = None
             log = WireLog(own_stream)
         else:
             log = WireLog(options.wire_log)
+    if log is not None:
+        cfg = workload.config
+        log.event("run", name=options.name, world_size=n, rung=options.rung, policy=options.on_rank_loss,
+                  faults=[f.text for f in fault_list],
+                  config={k: getattr(cfg, k) for k in ("max_step_tokens", "page_size", "num_pages",
+                                                       "spec_len", "world_size")},
+                  requests=len(workload.requests), scheduler_pid=os.getpid(), listen=options.listen,
+                  shared_clock=options.listen is None)
+    engine, ended = None, None
     try:
         with ProcessGroup(workload, n, step_timeout=options.step_timeout, faults=fault_list,
                           wire_log=log, listen=options.listen, keys=keys,
@@ -125,10 +136,34 @@ def launch(workload: Workload | dict | str | Path, world_size: int | None = None
             engine = DistributedEngine(workload, group, options.audit_every, options.on_rank_loss,
                                        options.max_restarts, rung=options.rung)
             engine.timeline = options.timeline
-            group.channel.timing = options.timeline is not None
+            group.channel.timing = options.timeline is not None or log is not None
             if options.timeline is not None:
                 options.timeline.shared_clock = not group.external
-            yield engine
+            try:
+                yield engine
+            except BaseException as e:
+                ended = e
+                raise
+    except BaseException as e:
+        ended = ended or e
+        raise
     finally:
+        if log is not None:
+            _log_end(log, engine, ended)
         if own_stream is not None:
             own_stream.close()
+
+
+def _log_end(log: WireLog, engine: DistributedEngine | None, ended: BaseException | None) -> None:
+    """The wire log's last line: how the run ended (after every worker was stopped)."""
+    if ended is None:
+        error = None
+    elif isinstance(ended, EngineError):
+        error = ended.to_json()
+    else:
+        error = {"error": type(ended).__name__, "message": str(ended)}
+    try:
+        log.event("end", status="ok" if ended is None else "failed", error=error,
+                  steps=engine.step_id if engine is not None else 0)
+    except OSError:
+        pass                    # the log's own failure is reported where it is closed

@@ -67,6 +67,7 @@ class ProcessGroup:
         self.accept_scripts = accept_scripts(workload)
         self.start_timeout = start_timeout
         self.faults = list(faults)
+        self.unfired = list(self.faults)   # faults whose step no plan has reached yet
         self.bind = bind
         self.listen = listen
         self.keys = keys
@@ -142,10 +143,37 @@ class ProcessGroup:
             return f"ipc://{path}"
         return f"{LOOPBACK if self.bind == LOCAL else self.bind}:0"
 
-    def _admit(self, ranks: Sequence[int], shard: list, step: int) -> None:
+    def _admit(self, ranks: Sequence[int], shard: list, step: int) -> list[int]:
+        """Admit members for `ranks`; during a restart (step >= 0) a member of another rank
+        lost while we wait is replaced in the same window. Returns every rank admitted."""
         timeout, never_came = self.members.start(ranks)
-        Admission(self.channel, ranks, self.members, lambda rank: self._config(rank, shard, step),
-                  step, timeout, never_came).run()
+        also_lost = self._also_lost if step >= 0 else None
+        admission = Admission(self.channel, ranks, self.members,
+                              lambda rank: self._config(rank, shard, step), step, timeout, never_came,
+                              also_lost)
+        started = time.monotonic()
+        joined = False
+        try:
+            admission.run()
+            joined = True
+        finally:
+            if self.log and step >= 0 and self.external:
+                self.log.event("rejoin-wait", t=started, ranks=sorted(admission.ranks),
+                               dur=round(time.monotonic() - started, 6), joined=joined)
+        return sorted(admission.ranks)
+
+    def _also_lost(self, rank: int) -> None:
+        """A member lost while others are being replaced: say so, retire it, start (or wait
+        for) its replacement too, within the window already running."""
+        detail = self.channel.explain(rank) or " (its connection closed)"
+        text = f"rank {rank} was lost too while replacing others{detail}: replaced in the same window"
+        self.channel.note(rank, text)
+        if self.log:
+            self.log.event("rank-lost", rank=rank, ranks=[rank], step=None, epoch=self.epoch,
+                           reason="died", message=f"rank {rank} was lost while others were replaced{detail}")
+        with _interrupts_held():
+            self.members.retire([rank])
+        self.members.start([rank])
 
     def _config(self, rank: int, shard: list, step: int) -> wire.Config:
         faults = [f.text for f in self.faults
@@ -175,26 +203,30 @@ class ProcessGroup:
         """Ranks known to be gone (process exited or connection closed)."""
         return self.channel.dead_ranks | self.members.dead()
 
-    def restart(self, ranks: Sequence[int], shard: list, step: int) -> list[int]:
+    def restart(self, ranks: Sequence[int], shard: list, step: int,
+                policy: str = "") -> tuple[list[int], list[int]]:
         """Replace the members of `ranks` with new ones in a new epoch; returns their pids.
 
         Spawned workers are killed and started afresh; members we did not start are
         told to exit and we wait for replacements to join. Each new member starts
         from `shard` (a snapshot of the control plane's pool, or [] for an empty
-        shard) and gets the faults not yet spent.
+        shard) and gets the faults not yet spent. A member of another rank lost
+        meanwhile is replaced too; returns the ranks replaced and their new pids.
         """
         self.channel.epoch += 1
         with _interrupts_held():
             self.members.retire(ranks)
         if self.log:
             self.log.event("restart", ranks=list(ranks), epoch=self.epoch, step=step,
-                           shard_pages=len(shard))
-        self._admit(ranks, shard, step)
-        return [self.channel.members[r].pid for r in ranks]
+                           shard_pages=len(shard), policy=policy)
+        ranks = self._admit(ranks, shard, step)
+        return ranks, [self.channel.members[r].pid for r in ranks]
 
     # -- the seam ----------------------------------------------------------------------
 
     def execute(self, plan: ExecutionPlan) -> ExecutionResult:
+        if self.unfired:
+            self.unfired = [f for f in self.unfired if not f.fires(plan.step)]
         body = wire.encode_body(MsgType.PLAN, plan)
         channel = self.channel
         record = channel.last_record = StepRecord(plan.step, self.epoch, len(body))
@@ -212,8 +244,7 @@ class ProcessGroup:
         else:
             outcomes = [channel.decode(r, MsgType.RESULT, bodies[r], plan.step)
                         for r in range(self.world_size)]
-        for r in range(self.world_size) if self.log else ():
-            channel.log_message("in", r, MsgType.RESULT, plan.step, len(bodies[r]), outcomes[r])
+        channel.log_replies(dict(enumerate(outcomes)))
         results = [RankExecutionResult(got[r][0].rank, got[r][0].world_size, got[r][0].step, outcomes[r])
                    for r in range(self.world_size)]
         try:
@@ -244,9 +275,10 @@ class ProcessGroup:
             sent_at[rank] = time.monotonic()
             channel.send(rank, MsgType.AUDIT, step, wire.encode_body(MsgType.AUDIT, ()), ())
         got = channel.gather(MsgType.SHARD, step, sent_at, None)
-        for rank in range(self.world_size):
-            snapshot = channel.decode(rank, MsgType.SHARD, got[rank][1], step)
-            channel.log_message("in", rank, MsgType.SHARD, step, len(got[rank][1]), snapshot)
+        snapshots = {rank: channel.decode(rank, MsgType.SHARD, got[rank][1], step)
+                     for rank in range(self.world_size)}
+        channel.log_replies(snapshots)
+        for rank, snapshot in snapshots.items():
             miss = first_mismatch(held, dict(snapshot))
             if miss is not None:
                 page, offset, want, have = miss
@@ -258,6 +290,8 @@ class ProcessGroup:
                     self.log.event("audit-failed", rank=rank, step=step, epoch=self.epoch,
                                    page=page, offset=offset, message=err.message)
                 raise err
+        if self.log:
+            self.log.event("audit", step=step, epoch=self.epoch)
 
 
 def check_fits(workload: Workload) -> None:

@@ -36,7 +36,7 @@ class Vetting(Protocol):
 class Admission:
     def __init__(self, channel: RankChannel, ranks: Collection[int], vetting: Vetting,
                  configure: Callable[[int], wire.Config], step: int, timeout: float,
-                 never_came: str):
+                 never_came: str, also_lost: Callable[[int], None] | None = None):
         self.channel = channel
         self.ranks = set(ranks)
         self.vetting = vetting
@@ -46,6 +46,8 @@ class Admission:
         self.never_came = never_came      # e.g. "did not finish the handshake within 20 s"
         self.configured: set[int] = set()
         self.ready: set[int] = set()
+        # a member outside `ranks` lost while we wait: replaced within the same window
+        self.also_lost = also_lost
 
     def run(self) -> None:
         """Wait until every rank is configured and ready, or raise RankLost."""
@@ -60,6 +62,9 @@ class Admission:
                     self.forget(rank, "its connection closed before READY")
                 elif rank in self.ranks:
                     raise channel.lost(rank, self.step, "died", "died during start-up")
+                elif self.also_lost is not None and rank in channel.members:
+                    self.also_lost(rank)            # a second loss, seen at once: one window for all
+                    self.ranks.add(rank)
             if time.monotonic() >= deadline and len(self.ready) < len(self.ranks):
                 missing = sorted(self.ranks - self.ready)
                 raise channel.lost(missing[0], self.step, "timeout", self.never_came, also=missing[1:])
@@ -79,7 +84,7 @@ class Admission:
                 return          # a member saying HELLO again (a worker repeats it until CONFIG)
             if not known and header.type is not MsgType.HELLO:
                 if rank is not None:              # a rank of the running group, answering late
-                    return channel.drop(rank, header, "while starting ranks")
+                    return channel.drop(rank, header, "while starting ranks", frames[2])
                 if ident in channel.retired or channel.curve:
                     if channel.stranger(frames, meta, "while starting ranks"):
                         return

@@ -46,13 +46,16 @@ class WireLog:
         self.name = f"{name} {getattr(stream, 'name', '')}".strip()
 
     def message(self, direction: str, rank: int | None, epoch: int, step: int, kind: str,
-                num_bytes: int, body: Any) -> None:
-        self._write({"t": round(time.monotonic(), 6), "dir": direction, "rank": rank,
-                     "epoch": epoch, "step": step, "type": kind, "bytes": num_bytes,
-                     "body": to_jsonable(body)})
+                num_bytes: int | None, body: Any, t: float | None = None, **extra: Any) -> None:
+        """A message that crossed; `t` when it crossed (default: now), `extra` what more is known
+        of it (a RESULT's send time, round trip and the rank's own times)."""
+        self._write({"t": round(time.monotonic() if t is None else t, 6), "dir": direction,
+                     "rank": rank, "epoch": epoch, "step": step, "type": kind, "bytes": num_bytes,
+                     "body": to_jsonable(body), **extra})
 
-    def event(self, event: str, **fields: Any) -> None:
-        self._write({"t": round(time.monotonic(), 6), "event": event, **fields})
+    def event(self, event: str, t: float | None = None, **fields: Any) -> None:
+        """Something that happened (`t`: when it began, default now)."""
+        self._write({"t": round(time.monotonic() if t is None else t, 6), "event": event, **fields})
 
     def _write(self, obj: dict) -> None:
         try:

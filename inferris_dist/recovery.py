@@ -18,7 +18,8 @@ coming back exhausts `max_restarts` and ends as abort does.
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
+import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -94,8 +95,9 @@ class DistributedEngine(Engine):
 
     def step(self) -> StepTrace:
         self._end_idle()
-        clock = self.timeline.span if self.timeline is not None else _no_span
-        with clock("scheduler", f"prepare {self.step_id}"):
+        log = self.group.log
+        clock = self._phase if (self.timeline is not None or log) else _no_span
+        with clock("prepare", self.step_id):
             prepared = self.prepare()
         if self._preempted_between_steps:
             prepared = prepared._replace(preempted=self._preempted_between_steps + prepared.preempted)
@@ -103,19 +105,47 @@ class DistributedEngine(Engine):
         while True:
             try:
                 try:
-                    with clock("scheduler", f"execute {prepared.step}"):
+                    with clock("execute", prepared.step):
                         result = self.group.execute(prepared.plan)
                 finally:
-                    if self.timeline is not None and self.group.last_record is not None:
-                        self.timeline.attempt(self.group.last_record)
-                with clock("scheduler", f"commit {prepared.step}"):
-                    return self.commit(prepared, result)
+                    record = self.group.last_record
+                    if record is not None and record.step == prepared.step:
+                        if self.timeline is not None:
+                            self.timeline.attempt(record)
+                        if log:
+                            log.event("attempt", step=record.step, epoch=record.epoch,
+                                      verdict=record.verdict or "failed", plan_bytes=record.plan_bytes)
+                with clock("commit", prepared.step):
+                    trace = self.commit(prepared, result)
+                if log:
+                    self._log_step(trace)
+                return trace
             except RECOVERABLE as err:
                 err.step = prepared.step
                 if err.epoch is None:
                     err.epoch = self.group.epoch
-                with clock("scheduler", f"recover {prepared.step}"):
+                with clock("recover", prepared.step):
                     prepared = self._recover(err, prepared)
+
+    @contextmanager
+    def _phase(self, phase: str, step: int):
+        """A scheduler phase, timed: a span on the timeline and a `phase` event in the wire log."""
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            took = time.monotonic() - start
+            if self.timeline is not None:
+                self.timeline.add_span("scheduler", f"{phase} {step}", start, took)
+            if self.group.log:
+                self.group.log.event("phase", t=start, phase=phase, step=step, dur=round(took, 6))
+
+    def _log_step(self, trace: StepTrace) -> None:
+        """The committed step in the wire log: its trace and the counters after it (what a
+        page draws without re-running the engine)."""
+        from .metrics import step_counters
+        self.group.log.event("step", step=trace.step, epoch=self.group.epoch,
+                             trace=self.trace_json(trace), counters=step_counters(self, trace))
 
     def audit(self, step: int) -> None:
         """Every rank's shard against the pool; a divergent rank is recovered like a lost one."""
@@ -126,20 +156,28 @@ class DistributedEngine(Engine):
                 self._recover(err, None)
 
     def _recover(self, err: EngineError, prepared):
-        """Restart what failed; a restart that fails is one more failure, within the budget."""
+        """Restart what failed. The budget counts recoveries: one recovery may try again when
+        a replacement we started dies on the way up (within the same budget of tries), but a
+        window that passes without a replacement joining ends the run, naming the first loss."""
+        if self.policy == "abort":
+            raise err
+        if self.num_restarts >= self.max_restarts:
+            err.message += (f" (gave up after {self.num_restarts} restarts, "
+                            f"--max-restarts {self.max_restarts})")
+            raise err
+        self.num_restarts += 1
+        first, tries = err, 0
         while True:
-            if self.policy == "abort":
-                raise err
-            if self.num_restarts >= self.max_restarts:
-                err.message += (f" (gave up after {self.num_restarts} restarts, "
-                                f"--max-restarts {self.max_restarts})")
-                raise err
-            self.num_restarts += 1
+            tries += 1
             try:
                 return self._restart_after(err, prepared)
             except RankLost as again:           # the replacement did not come up
                 if again.step is None:
-                    again.step = err.step
+                    again.step = first.step
+                if tries >= max(1, self.max_restarts) or (again.reason == "timeout" and self.group.external):
+                    again.message += (f"; replacing after the first loss, {first.kind} at step "
+                                      f"{first.step}, epoch {first.epoch}: {first.message}")
+                    raise again from None
                 err = again
 
     def _restart_after(self, err: EngineError, prepared):
@@ -154,10 +192,10 @@ class DistributedEngine(Engine):
         preempted: list[str] = []
         if self.policy == "restore":
             shard = self.pool.slots.snapshot()
-            pids = self.group.restart(ranks, shard, step)
+            ranks, pids = self.group.restart(ranks, shard, step, self.policy)
             pages = len(shard)
         else:
-            pids = self.group.restart(ranks, [], step)
+            ranks, pids = self.group.restart(ranks, [], step, self.policy)
             pages = 0
             if prepared is not None:
                 before = set(prepared.preempted)
@@ -179,5 +217,5 @@ class DistributedEngine(Engine):
 _NOTHING = nullcontext()
 
 
-def _no_span(lane: str, name: str):
+def _no_span(phase: str, step: int):
     return _NOTHING

@@ -204,14 +204,28 @@ def ms(seconds: float | None) -> str:
 def boundary_line(record, world_size: int, style: Style) -> str:
     """The wire under a step: plan out, round trips, results back, and the join's verdict."""
     rtts = "/".join(ms(record.rtt.get(r)) for r in range(world_size))
-    sizes = set(record.result_bytes.values())
-    result = (f"{human_bytes(sizes.pop())} each" if len(sizes) == 1
-              else " ".join(human_bytes(record.result_bytes.get(r, 0)) for r in range(world_size)))
+    got = record.result_bytes
+    sizes = set(got.values())
+    if not got:
+        result = "-"                                      # no rank answered: nothing came back
+    elif len(sizes) == 1 and len(got) == world_size:
+        result = f"{human_bytes(sizes.pop())} each"
+    else:
+        result = "/".join(human_bytes(got[r]) if r in got else "-" for r in range(world_size))
     verdict = record.verdict or "-"
     verdict = style.green(verdict) if verdict == "joined" else style.red(verdict)
     epoch = f"epoch {record.epoch}, " if record.epoch else ""
     return style.dim(f"{'':>{STEP_WIDTH}}  wire {epoch}plan {human_bytes(record.plan_bytes)} x{world_size}, "
                      f"rtt {rtts} ms, result {result}, ") + verdict
+
+
+def failed_step_lines(err, style: Style) -> tuple[str, str]:
+    """The step a run ended at (abort, or recovery given up): its number, then the diagnosis
+    under its wire line, as a survived failure shows them."""
+    head = f"{err.step:>{STEP_WIDTH}}  " + style.red("failed: nothing committed")
+    epoch = f", epoch {err.epoch}" if err.epoch is not None else ""
+    why = f"{'':>{STEP_WIDTH}}  " + style.red(f"! {err.kind} at step {err.step}{epoch}: {shown(err.message)}")
+    return head, why
 
 
 def note_lines(record, style: Style) -> list[str]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
 from typing import TextIO
 
 from .observe import StepRecord
@@ -39,14 +38,10 @@ class Timeline:
     def _us(self, t: float) -> float:
         return round((t - self.origin) * 1e6, 1)
 
-    @contextmanager
-    def span(self, lane: str, name: str):
-        start = time.monotonic()
-        try:
-            yield
-        finally:
-            self.events.append({"ph": "X", "name": name, "cat": lane, "pid": SCHEDULER, "tid": 0,
-                                "ts": self._us(start), "dur": round((time.monotonic() - start) * 1e6, 1)})
+    def add_span(self, lane: str, name: str, start: float, took: float) -> None:
+        """A span measured by someone else (`start` on the monotonic clock, `took` seconds)."""
+        self.events.append({"ph": "X", "name": name, "cat": lane, "pid": SCHEDULER, "tid": 0,
+                            "ts": self._us(start), "dur": round(took * 1e6, 1)})
 
     def attempt(self, record: StepRecord) -> None:
         """Each rank's round trip for one attempt at a step (a lost rank: until the verdict)."""

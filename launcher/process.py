@@ -260,13 +260,14 @@ class Template:
                     pass
                 break
             try:
-                self._read(left)
+                self._read(left, until_exit_of=pid)
             except OSError:
                 break
         return self._statuses.get(pid)
 
-    def _read(self, timeout: float) -> dict:
-        """The next message that is not an exit note (exit notes are recorded on the way)."""
+    def _read(self, timeout: float, until_exit_of: int | None = None) -> dict:
+        """The next message that is not an exit note (exit notes are recorded on the way);
+        with `until_exit_of`, return ({}) as soon as that pid's exit note is in."""
         deadline = time.monotonic() + timeout
         while True:
             while b"\n" in self._buf:
@@ -274,6 +275,8 @@ class Template:
                 msg = json.loads(line)
                 if "exit" in msg:
                     self._statuses[msg["exit"]] = msg["status"]
+                    if msg["exit"] == until_exit_of:
+                        return {}
                     continue
                 return msg
             left = deadline - time.monotonic()

@@ -5,10 +5,12 @@ nothing outlives the scheduler: the template dies with it, its children with the
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,11 @@ def test_forked_children_are_watched_and_described(tmp_path):
         assert workers[1].exit_description() == "killed by SIGKILL"
         assert workers[0].alive() and workers[2].alive()
         # each read its secret on stdin and wrote its stderr to its own log
+        # (a condition with a deadline: they may not have written it yet)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(
+                w.last_words() == f"rank {w.rank} has s3cret" for w in (workers[0], workers[2])):
+            select.select([], [], [], 0.01)
         assert all(w.last_words() == f"rank {w.rank} has s3cret" for w in (workers[0], workers[2]))
         stop_workers(workers, grace=0.0, term_wait=2.0)
         assert workers[0].exit_description() == "killed by SIGTERM"
