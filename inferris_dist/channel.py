@@ -38,6 +38,7 @@ from .wire import MsgType
 
 MAX_RETIRED = 256           # identities of former members remembered, to tell them to exit
 MAX_STRANGER_FRAMES = 4     # frames of a message from a non-member kept (the rest are dropped)
+HANDSHAKE_MS = 10_000       # a connection that has not finished ZeroMQ's handshake by then is closed
 
 
 @dataclass
@@ -103,6 +104,7 @@ class RankChannel:
         self._answered: dict[int, tuple[int, int]] = {}   # rank -> (epoch, step) last joined
         self._dead: set[int] = set()                      # ranks whose process or connection ended
         self._unlogged = None                             # (got, kind, step, record) of a gather
+        self._shed = 0                                    # connections the gate shed, once it is closed
         self._poller = zmq.Poller()
 
     # -- the socket --------------------------------------------------------------------
@@ -110,13 +112,14 @@ class RankChannel:
     def open(self, bind: str, keys: ServerKeys | None) -> None:
         """Bind the ROUTER at `bind` (tcp://HOST:PORT; port 0 picks one); CURVE with `keys`."""
         self.ctx = zmq.Context()
-        self.gate = Gate(self.ctx, keys.rank_of_key if keys is not None else None)
+        self.gate = Gate(self.ctx, keys.rank_of_key if keys is not None else None, self.world_size)
         sock = self.sock = self.ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVTIMEO, int(self.step_timeout * 1000))
         sock.setsockopt(zmq.SNDTIMEO, 1000)
         sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_FRAME_BYTES)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)    # a silent stranger is closed by then
         if keys is not None:
             self.gate.guard(sock, keys.public, keys.secret)
             self.curve = True
@@ -131,9 +134,8 @@ class RankChannel:
 
     def close(self) -> None:
         self.log_turned_away()
-        if self.sock is not None and self.gate is not None and self.gate.monitor is not None:
-            self.sock.disable_monitor()          # before its PAIR closes: never a stuck I/O thread
-        if self.gate is not None:
+        if self.gate is not None:                # the monitor first: never a stuck I/O thread
+            self._shed = self.gate.shed
             self.gate.close()
             self.gate = None
         if self.sock is not None:
@@ -150,6 +152,8 @@ class RankChannel:
         self.rank_of[member.identity] = member.rank
         self._dead.discard(member.rank)
         self.blamed.discard(member.rank)        # a new member, blameless
+        if self.gate is not None:
+            self.gate.proven(member.fd)
         if self.log:
             self.log.event("member", rank=member.rank, epoch=member.epoch, pid=member.pid,
                            host=member.host if member.replaceable else "", proof=member.proof)
@@ -348,7 +352,13 @@ class RankChannel:
     def _monitor_events(self) -> None:
         for what, value in self.gate.monitor_events():
             if what == "accept-failed" and value in (_errno.EMFILE, _errno.ENFILE):
-                raise machine_failure(OSError(value, os.strerror(value)), "cannot accept connections")
+                # out of descriptors: strangers go first (a quarter of them), members stay
+                shed = self.gate.shed_oldest(max(1, len(self.gate.unproven) // 4))
+                if self.refusals.add("out of descriptors"):
+                    self.note(None, f"cannot accept connections: out of file descriptors "
+                                    f"({os.strerror(value)}); closed the {shed} oldest connection(s) "
+                                    f"that hold no rank")
+                continue
             if what == "accept-failed":
                 continue
             if what == "closed":
@@ -419,7 +429,7 @@ class RankChannel:
         """One line for the end of the run: what peers holding no rank sent beyond the notes."""
         extra = self.turned_away.unnoted()
         gate = self.refusals.total
-        if not extra and not gate:
+        if not extra and not gate and not (self.gate.shed if self.gate is not None else self._shed):
             return None
         parts = []
         if extra:
@@ -427,6 +437,9 @@ class RankChannel:
                          f"rank were dropped unanswered (each peer's first {NOTED_PER_PEER} noted above)")
         if gate:
             parts.append(f"{gate} connection(s) refused at the door")
+        shed = self.gate.shed if self.gate is not None else self._shed
+        if shed:
+            parts.append(f"{shed} connection(s) holding no rank closed to keep descriptors for the members")
         return "; ".join(parts)
 
     def log_turned_away(self) -> None:

@@ -88,6 +88,10 @@ def add_launch_flags(p) -> None:
     """launch's own flags (the module that runs it is imported only when it runs)."""
     add_fault_flags(p)
     add_metrics_flag(p)
+    p.add_argument("--html", metavar="FILE",
+                   help="write one self-contained page of the run (opens offline in any browser): "
+                        "lanes for the scheduler, every rank and request, each step's plan and "
+                        "results, losses and restarts; also `inferris-dist html WIRELOG -o FILE`")
     p.add_argument("--timeline", metavar="FILE",
                    help="write a Chrome trace (chrome://tracing, ui.perfetto.dev): scheduler "
                         "phases, each rank's round trips and what it did inside them")

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import zmq
 from engine import Engine, EngineError, WorkloadError, trace_dicts
 
 from . import render
-from .channel import machine_failure
+from .channel import MachineFailure, machine_failure
 from .cliargs import EXIT_FAILED, EXIT_OK
 from .entry import LaunchOptions, launch
 from .timeline import Timeline
@@ -39,7 +41,8 @@ def run_launch(workload, name: str, args) -> int:
     engine = group = None
     status = EXIT_OK
     failure = None
-    log_stream = _open_for_writing(args.wire_log, "--wire-log")
+    html = HtmlPage(getattr(args, "html", None), args.wire_log)
+    log_stream = _open_for_writing(html.wire_log, "--wire-log")
     timeline_stream = _open_for_writing(args.timeline, "--timeline")
     timeline = Timeline() if timeline_stream is not None else None
     metrics_path = getattr(args, "metrics", None)
@@ -57,7 +60,7 @@ def run_launch(workload, name: str, args) -> int:
         return metrics.document(group.totals if group is not None else None, error)
 
     options = options_from_args(args, timeline, log_stream,
-                                lambda *waiting: announce(args, workload, *waiting))
+                                lambda *waiting: announce(args, workload, *waiting), name)
     try:
         options.check()
     except WorkloadError:
@@ -66,6 +69,7 @@ def run_launch(workload, name: str, args) -> int:
                 stream.close()
         if metrics_file is not None:
             metrics_file.close()
+        html.discard()
         raise
     total = len(workload.requests)
     progress = render.Progress(sys.stderr, total)
@@ -128,6 +132,7 @@ def run_launch(workload, name: str, args) -> int:
         escaping = sys.exc_info()[1]         # an interrupt (or a bug) on its way out
         closing = _finish_outputs(log_stream, timeline_stream, timeline, args, metrics_file,
                                   lambda problem: metrics_document(problem, escaping))
+        closing = html.write(name, closing)
     _say_unfired(group, engine)
     if closing is not None and failure is None:
         status, failure = EXIT_FAILED, closing
@@ -232,6 +237,49 @@ def _finish_outputs(log_stream, timeline_stream, timeline, args, metrics_file=No
         except MetricsNotWritten as e:
             problem = problem or e
     return problem
+
+
+class HtmlPage:
+    """`launch --html FILE`: the page built from the run's wire log when the run is over (also
+    one that failed). Without `--wire-log` the log goes to a private temporary file, removed
+    after. The page's file is opened at the start, so a path that cannot be written is bad
+    input before any worker starts."""
+
+    def __init__(self, path: str | None, wire_log: str | None):
+        self.path = path
+        self.wire_log = wire_log
+        self._temp: str | None = None
+        if path is None:
+            return
+        _open_for_writing(path, "--html").close()
+        if wire_log is None:
+            fd, self._temp = tempfile.mkstemp(prefix="inferris-dist-wire-", suffix=".jsonl")
+            os.close(fd)
+            self.wire_log = self._temp
+
+    def write(self, title: str, problem: EngineError | None) -> EngineError | None:
+        """Build the page (after the wire log is closed); a failure names the flag and file."""
+        if self.path is None:
+            return problem
+        try:
+            if problem is None or self._temp is None or os.path.getsize(self._temp):
+                from .page import write_page
+                write_page(self.wire_log, self.path, title)
+        except OSError as e:
+            problem = problem or machine_failure(e, f"--html {self.path}")
+        except WorkloadError as e:
+            problem = problem or MachineFailure(f"--html {self.path}: {e.message}", None)
+        finally:
+            self.discard()
+        return problem
+
+    def discard(self) -> None:
+        if self._temp is not None:
+            try:
+                os.unlink(self._temp)
+            except OSError:
+                pass
+            self._temp = None
 
 
 def _open_for_writing(path: str | None, flag: str):

@@ -17,8 +17,10 @@ rest only counted, so a peer that knocks a million times costs a counter.
 """
 from __future__ import annotations
 
+import resource
+import socket
 import struct
-from collections import Counter
+from collections import Counter, OrderedDict
 from typing import Iterator
 
 import zmq
@@ -29,7 +31,11 @@ ZAP_DOMAIN = b"inferris-dist"
 NOTED_PER_PEER = 5             # refusals noted in full per peer address; the rest are counted
 MAX_PEERS_TRACKED = 256        # distinct addresses counted one by one; beyond, as "other"
 MONITOR_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-                  | zmq.EVENT_DISCONNECTED | zmq.EVENT_ACCEPT_FAILED)
+                  | zmq.EVENT_DISCONNECTED | zmq.EVENT_ACCEPT_FAILED | zmq.EVENT_ACCEPTED)
+MONITOR_ENDPOINT = "inproc://inferris-dist.monitor"
+DESCRIPTORS_RESERVED = 64      # kept for the members and our own files, whoever knocks
+DESCRIPTORS_PER_RANK = 4       # a member's connection, a worker's pidfd and log, a spare
+MAX_UNPROVEN = 4096            # connections not yet a member, at most (fewer at a low limit)
 
 
 def monitor_event(frames: list[bytes]) -> tuple[int, int]:
@@ -69,10 +75,38 @@ class Refusals:
         return {p: n - NOTED_PER_PEER for p, n in self.count.items() if n > NOTED_PER_PEER}
 
 
-class Gate:
-    """ZAP checks and the socket monitor of one ROUTER socket."""
+def unproven_bound(world_size: int) -> int:
+    """How many connections that are not (yet) members we keep open at once: what the
+    descriptor limit leaves after the members' reserve, halved (so a flood at the bound still
+    leaves room), within 8..MAX_UNPROVEN."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return MAX_UNPROVEN
+    spare = soft - DESCRIPTORS_RESERVED - DESCRIPTORS_PER_RANK * world_size
+    return max(8, min(MAX_UNPROVEN, spare // 2))
 
-    def __init__(self, ctx: zmq.Context, rank_of_key: dict[bytes, int] | None):
+
+def raise_descriptor_limit() -> tuple[int, int]:
+    """Raise our soft limit of open descriptors to the hard one (strangers may connect to a
+    run that listens; each connection costs a descriptor). Returns (soft, hard) after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            pass
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft, hard
+
+
+class Gate:
+    """ZAP checks and the socket monitor of one ROUTER socket, and the connections that are
+    not members: counted, bounded, the oldest shed first when there are too many or the
+    descriptors run short, so that nobody without a key can starve the members."""
+
+    def __init__(self, ctx: zmq.Context, rank_of_key: dict[bytes, int] | None, world_size: int = 1):
+        self.ctx = ctx
         self.rank_of_key = rank_of_key            # z85 public key -> rank; None: no CURVE
         self.zap = None
         if rank_of_key is not None:
@@ -81,6 +115,10 @@ class Gate:
             self.zap.setsockopt(zmq.RCVTIMEO, 0)
             self.zap.bind(ZAP_ENDPOINT)
         self.monitor = None
+        self.watched: zmq.Socket | None = None
+        self.unproven: OrderedDict[int, str] = OrderedDict()   # fd -> peer, oldest first
+        self.bound = unproven_bound(world_size)
+        self.shed = 0                             # connections we closed to keep the bound
 
     def guard(self, sock: zmq.Socket, public: bytes, secret: bytes) -> None:
         """Make `sock` a CURVE server whose every peer is checked here."""
@@ -90,8 +128,60 @@ class Gate:
         sock.zap_domain = ZAP_DOMAIN
 
     def watch(self, sock: zmq.Socket) -> None:
-        self.monitor = sock.get_monitor_socket(MONITOR_EVENTS)
+        """Monitor `sock` over a pipe with no high-water mark: ZeroMQ's I/O thread must never
+        wait on us to read an event (a flood of failed accepts would otherwise block it, and
+        a close that needs it would hang). We read every event at every wait."""
+        endpoint = f"{MONITOR_ENDPOINT}.{id(self)}"
+        sock.monitor(endpoint, MONITOR_EVENTS)
+        self.monitor = self.ctx.socket(zmq.PAIR)
         self.monitor.setsockopt(zmq.LINGER, 0)
+        self.monitor.setsockopt(zmq.RCVHWM, 0)
+        self.monitor.connect(endpoint)
+        self.watched = sock
+
+    def unwatch(self) -> None:
+        """Stop the monitor, reading what it still holds first (bounded: the I/O thread is
+        never blocked on the pipe, so it stops sending once disabled)."""
+        if self.watched is None:
+            return
+        for _ in self.monitor_events():
+            pass
+        self.watched.disable_monitor()
+        self.watched = None
+
+    # -- connections that are not members ---------------------------------------------------
+
+    def accepted(self, fd: int) -> None:
+        self.unproven[fd] = _peer_of(fd)
+        while len(self.unproven) > self.bound:
+            self.shed_oldest()
+
+    def gone(self, fd: int) -> None:
+        self.unproven.pop(fd, None)
+
+    def proven(self, fd: int | None) -> None:
+        """The connection on `fd` is a member's now: never shed."""
+        if fd is not None:
+            self.unproven.pop(fd, None)
+
+    def shed_oldest(self, count: int = 1) -> int:
+        """Close the oldest connections that are not members (each checked to be the very
+        connection we counted: a descriptor reused since is left alone). Returns how many."""
+        done = 0
+        while self.unproven and done < count:
+            fd, peer = self.unproven.popitem(last=False)
+            if peer and _peer_of(fd) == peer:
+                try:
+                    s = socket.socket(fileno=fd)
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)     # ZeroMQ sees it end and closes it
+                    finally:
+                        s.detach()
+                    done += 1
+                except OSError:
+                    pass
+        self.shed += done
+        return done
 
     @property
     def sockets(self) -> list[zmq.Socket]:
@@ -128,7 +218,10 @@ class Gate:
                 event, value = monitor_event(self.monitor.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
                 return
-            if event == zmq.EVENT_DISCONNECTED:
+            if event == zmq.EVENT_ACCEPTED:
+                self.accepted(value)
+            elif event == zmq.EVENT_DISCONNECTED:
+                self.gone(value)
                 yield "closed", value
             elif event == zmq.EVENT_ACCEPT_FAILED:
                 yield "accept-failed", value
@@ -138,6 +231,22 @@ class Gate:
                 yield "no-detail", value
 
     def close(self) -> None:
+        self.unwatch()
         for s in self.sockets:
             s.close(linger=0)
         self.zap = self.monitor = None
+
+
+def _peer_of(fd: int) -> str:
+    """The address at the other end of the connection on `fd` ("" if it is not a connected
+    socket any more)."""
+    try:
+        s = socket.socket(fileno=fd)
+    except OSError:
+        return ""
+    try:
+        return str(s.getpeername())
+    except OSError:
+        return ""
+    finally:
+        s.detach()

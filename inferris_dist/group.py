@@ -14,7 +14,6 @@ Admission (handshake.py) checks either kind in; after that they are alike.
 from __future__ import annotations
 
 import secrets
-import shutil
 import signal
 import threading
 import time
@@ -34,11 +33,12 @@ from engine import (
 from engine.errors import ShardDivergence
 from engine.group import accept_scripts
 from engine.shard import SlotStore, first_mismatch
-from launcher import Template, make_run_dir
+from launcher import Template, make_run_dir, remove_run_dir
 
 from . import wire
 from .channel import RankChannel
 from .faults import Fault
+from .gate import raise_descriptor_limit
 from .handshake import Admission
 from .keys import ServerKeys
 from .members import External, Spawned
@@ -46,7 +46,7 @@ from .observe import StepRecord, WireLog
 from .wire import MsgType
 
 LOOPBACK = "tcp://127.0.0.1"
-LOCAL = "local"          # a unix socket in the run's private directory (mode 0700)
+LOCAL = "local"          # a unix socket in a private directory of ours (mode 0700), never TCP
 MAX_IPC_PATH = 100       # sun_path holds 108 bytes
 
 
@@ -80,6 +80,7 @@ class ProcessGroup:
             self.members = External(self.channel, keys, join_timeout, rejoin_timeout, on_waiting)
         self._join_timeout = join_timeout
         self.use_template = use_template
+        self.descriptors: tuple[int, int] | None = None   # (soft, hard) limit, when we raised it
 
     # what the channel knows, as the group's own
     address = property(lambda self: self.channel.address)
@@ -131,17 +132,20 @@ class ProcessGroup:
             self.members = Spawned(self.channel, self.secret, self.log_dir, self.start_timeout, template)
             self.channel.open(self._local_endpoint(), None)
         else:
+            self.descriptors = raise_descriptor_limit()    # strangers may knock: room for them
             self.channel.open(self.listen, self.keys)
         self._admit(range(self.world_size), shard=[], step=-1)
 
     def _local_endpoint(self) -> str:
         """Spawned workers connect over a unix socket only the run's owner can reach (the run
         directory is 0700): no other user's process can even connect, let alone send.
-        Falls back to TCP loopback where the path would be too long."""
-        path = self.log_dir / "s"
-        if self.bind == LOCAL and len(str(path)) <= MAX_IPC_PATH:
-            return f"ipc://{path}"
-        return f"{LOOPBACK if self.bind == LOCAL else self.bind}:0"
+        Where the run directory is too deep for a socket path, the socket goes to a short
+        private directory of ours (removed with the run); without one, OSError. Never TCP,
+        which every local user can reach (only an explicit `bind` address is used as given)."""
+        from launcher.rundir import socket_path
+        if self.bind != LOCAL:
+            return f"{self.bind}:0"
+        return f"ipc://{socket_path(self.log_dir, 's', MAX_IPC_PATH)}"
 
     def _admit(self, ranks: Sequence[int], shard: list, step: int) -> list[int]:
         """Admit members for `ranks`; during a restart (step >= 0) a member of another rank
@@ -190,7 +194,7 @@ class ProcessGroup:
                 self.members.close()
             self.channel.close()
             if self.log_dir is not None:
-                shutil.rmtree(self.log_dir, ignore_errors=True)
+                remove_run_dir(self.log_dir)
                 self.log_dir = None
 
     def hosts_of(self, ranks: Sequence[int]) -> tuple[str, ...]:

@@ -136,6 +136,14 @@ def stop_workers(workers: Sequence[WorkerProcess], polite: Callable[[], None] | 
         w.close()
 
 
+def readable(fd: int, timeout: float) -> bool:
+    """Whether `fd` turns readable within `timeout` seconds. poll, not select: a scheduler
+    whose descriptor limit was raised may hold descriptors past select's 1,024."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0, int(timeout * 1000 + 0.999))))
+
+
 def describe_status(code: int | None) -> str:
     """An exit code as Popen reports it (negative: the signal that killed it)."""
     if code is None:
@@ -169,7 +177,7 @@ class ForkedProcess(WorkerProcess):
         if self._exited:
             return False
         if self._pidfd is not None:
-            self._exited = bool(select.select([self._pidfd], [], [], 0)[0])
+            self._exited = readable(self._pidfd, 0.0)
         elif self.template.status_of(self.pid) is not None:
             self._exited = True
         else:
@@ -184,7 +192,7 @@ class ForkedProcess(WorkerProcess):
         if self._exited:
             return True
         if self._pidfd is not None:
-            self._exited = bool(select.select([self._pidfd], [], [], max(0.0, timeout))[0])
+            self._exited = readable(self._pidfd, timeout)
             return self._exited
         deadline = time.monotonic() + timeout
         while self.alive() and time.monotonic() < deadline:
@@ -280,7 +288,7 @@ class Template:
                     continue
                 return msg
             left = deadline - time.monotonic()
-            if not select.select([self.sock], [], [], max(0.0, left))[0]:
+            if not readable(self.sock.fileno(), left):
                 if left <= 0:
                     return {}
                 continue

@@ -1,0 +1,124 @@
+"""Nobody without a key ends or freezes an authenticated run by opening connections
+(issue "Hostile surroundings, round three", findings 1-3).
+
+A plain TCP client (no key, not a byte of ZeroMQ) opens more connections than
+the scheduler has descriptors: during the join, mid-run, and while it is
+being stopped. The scheduler keeps a bound on connections that hold no rank,
+sheds the oldest first, keeps descriptors for its members, never blocks on
+its socket monitor, and always answers SIGTERM. Loopback only; every burst is
+bounded in count and time.
+"""
+from __future__ import annotations
+
+import resource
+import signal
+import socket
+import subprocess
+
+import pytest
+from external import CLI, ENV, GOLDEN, Lines, Scheduler, exit_line, run_json, start_worker
+
+pytestmark = pytest.mark.timeout(120)
+
+LONG = GOLDEN / "preemption.spec.json"
+BURST = 1100
+
+
+def _room_for_the_burst() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = BURST + 200
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"this process may open only {hard} descriptors; the burst needs {need}")
+    if soft != resource.RLIM_INFINITY and soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+
+
+def _limit_1024() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))   # the usual soft limit, and no more
+
+
+def burst(address: str, count: int = BURST) -> list[socket.socket]:
+    """`count` idle TCP connections (each bounded: a connect that does not complete in 2 s is
+    given up)."""
+    host, port = address[len("tcp://"):].rsplit(":", 1)
+    conns = []
+    for _ in range(count):
+        try:
+            conns.append(socket.create_connection((host, int(port)), timeout=2))
+        except OSError:
+            pass
+    return conns
+
+
+def close_all(conns) -> None:
+    for c in conns:
+        c.close()
+
+
+class LowLimitScheduler(Scheduler):
+    """A `launch --listen` scheduler whose descriptor limit is 1,024, soft and hard."""
+
+    def __init__(self, args):
+        self.proc = subprocess.Popen([*CLI, "launch", *map(str, args)], env=ENV,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, preexec_fn=_limit_1024)
+        self.out = Lines(self.proc.stdout)
+        self.err = Lines(self.proc.stderr)
+        self.address = ""
+
+
+def test_a_burst_during_the_join_neither_freezes_nor_ends_the_run(keys, procs):
+    _room_for_the_burst()
+    want = run_json(LONG, "--world-size", 4)
+    sched = LowLimitScheduler(["--listen", "tcp://127.0.0.1:0", "--keys", keys, "--spec", LONG,
+                               "--world-size", 4, "--json"])
+    procs.append(sched.proc)
+    address = sched.listening()
+    conns = burst(address)
+    try:
+        workers = [start_worker(address, keys, r, 4) for r in range(4)]
+        procs.extend(workers)
+        status, out, err = sched.finish(90)
+    finally:
+        close_all(conns)
+    assert status == 0, err[-5:]
+    assert out == want
+    assert all(exit_line(w, 10)[0] == 0 for w in workers)
+
+
+def test_a_burst_mid_run_neither_freezes_nor_ends_the_run(keys, procs):
+    _room_for_the_burst()
+    want = run_json(LONG, "--world-size", 2)
+    sched = LowLimitScheduler(["--listen", "tcp://127.0.0.1:0", "--keys", keys, "--spec", LONG,
+                               "--world-size", 2, "--json", "--fault", "all:delay@0+:0.002"])
+    procs.append(sched.proc)
+    address = sched.listening()
+    workers = [start_worker(address, keys, r, 2) for r in range(2)]
+    procs.extend(workers)
+    sched.out.until(r'"step": 2\b', 30)
+    conns = burst(address)
+    try:
+        status, out, err = sched.finish(90)
+    finally:
+        close_all(conns)
+    assert status == 0, err[-5:]
+    assert out == want
+
+
+def test_sigterm_stops_the_scheduler_during_a_burst(keys, procs):
+    _room_for_the_burst()
+    sched = LowLimitScheduler(["--listen", "tcp://127.0.0.1:0", "--keys", keys, "--spec", LONG,
+                               "--world-size", 4, "--json"])
+    procs.append(sched.proc)
+    address = sched.listening()
+    conns = burst(address)
+    try:
+        sched.proc.send_signal(signal.SIGTERM)
+        try:
+            status = sched.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            pytest.fail("SIGTERM did not stop the scheduler within 20 s during the burst")
+    finally:
+        close_all(conns)
+    assert status == 143
+    assert any("terminated" in line for line in sched.err.rest(5))
