@@ -145,6 +145,11 @@ def _parse_request(index: int, raw: Any) -> RequestSpec:
     rid = raw.get("request_id")
     if not isinstance(rid, str) or not rid:
         raise WorkloadError(f"{where}: 'request_id' must be a non-empty string, got {_show(rid)}")
+    try:
+        rid.encode("utf-8")             # the wire carries it as UTF-8: a lone surrogate cannot go
+    except UnicodeEncodeError as e:
+        raise WorkloadError(f"{where}: 'request_id' must be encodable as UTF-8, got {_show(rid)} "
+                            f"(a lone surrogate {_show(rid[e.start])} at character {e.start})") from None
     where = f"request {rid!r}"
     _no_unknown_keys(raw, REQUEST_KEYS, where)
     if ("tokens" in raw) == ("prompt_len" in raw):

@@ -38,6 +38,7 @@ from .wire import MsgType
 
 MAX_RETIRED = 256           # identities of former members remembered, to tell them to exit
 MAX_STRANGER_FRAMES = 4     # frames of a message from a non-member kept (the rest are dropped)
+MAX_MEMBER_FRAMES = 3       # a member's message: header, body, timing (more is a protocol error)
 HANDSHAKE_MS = 10_000       # a connection that has not finished ZeroMQ's handshake by then is closed
 
 
@@ -109,15 +110,17 @@ class RankChannel:
 
     # -- the socket --------------------------------------------------------------------
 
-    def open(self, bind: str, keys: ServerKeys | None) -> None:
-        """Bind the ROUTER at `bind` (tcp://HOST:PORT; port 0 picks one); CURVE with `keys`."""
+    def open(self, bind: str, keys: ServerKeys | None, max_frame: int = wire.MAX_FRAME_BYTES) -> None:
+        """Bind the ROUTER at `bind` (tcp://HOST:PORT; port 0 picks one); CURVE with `keys`.
+        `max_frame`: the largest frame a rank of this run can need to send (ZeroMQ holds a
+        whole message before we see it: this bounds what one frame of it can cost)."""
         self.ctx = zmq.Context()
         self.gate = Gate(self.ctx, keys.rank_of_key if keys is not None else None, self.world_size)
         sock = self.sock = self.ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVTIMEO, int(self.step_timeout * 1000))
         sock.setsockopt(zmq.SNDTIMEO, 1000)
-        sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_FRAME_BYTES)
+        sock.setsockopt(zmq.MAXMSGSIZE, min(max_frame, wire.MAX_FRAME_BYTES))
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)    # a silent stranger is closed by then
         if keys is not None:
@@ -282,8 +285,13 @@ class RankChannel:
         seen = self._answered.get(rank) == (header.epoch, header.step) or (
             header.epoch == self.epoch and self.last_record is not None
             and header.step == self.last_record.step and rank in self.last_record.rtt)
-        what = "duplicate" if seen else "stale"
+        last = self.last_record
+        ahead = header.epoch > self.epoch or (
+            header.epoch == self.epoch and last is not None and header.step > last.step)
+        what = "duplicate" if seen else "future" if ahead else "stale"
         self.totals[rank].dropped += 1
+        if self.totals[rank].dropped > NOTED_PER_PEER:
+            return                     # counted: a member gets the quota strangers get
         if self.log and body is not None:
             try:
                 decoded = wire.decode_body(header.type, body)
@@ -336,7 +344,11 @@ class RankChannel:
         if ident in self.rank_of:
             frames = [ident]
             while self.sock.getsockopt(zmq.RCVMORE):
-                frames.append(self.sock.recv())
+                if len(frames) <= MAX_MEMBER_FRAMES:
+                    frames.append(self.sock.recv())
+                else:
+                    self.sock.recv(copy=False)
+                    frames.append(b"")   # counted, not copied: a protocol error, blamed on the rank
             return frames, None
         frames, last = [ident], None
         while self.sock.getsockopt(zmq.RCVMORE):
@@ -429,7 +441,8 @@ class RankChannel:
         """One line for the end of the run: what peers holding no rank sent beyond the notes."""
         extra = self.turned_away.unnoted()
         gate = self.refusals.total
-        if not extra and not gate and not (self.gate.shed if self.gate is not None else self._shed):
+        shed = self.gate.shed if self.gate is not None else self._shed
+        if not (extra or gate or shed or any(t.dropped > NOTED_PER_PEER for t in self.totals.values())):
             return None
         parts = []
         if extra:
@@ -437,7 +450,12 @@ class RankChannel:
                          f"rank were dropped unanswered (each peer's first {NOTED_PER_PEER} noted above)")
         if gate:
             parts.append(f"{gate} connection(s) refused at the door")
-        shed = self.gate.shed if self.gate is not None else self._shed
+        members = {r: t.dropped - NOTED_PER_PEER for r, t in self.totals.items()
+                   if t.dropped > NOTED_PER_PEER}
+        if members:
+            who = ", ".join(f"rank {r}: {n}" for r, n in sorted(members.items())[:16])
+            parts.append(f"{sum(members.values())} more reply(ies) not joined (stale, future or duplicate) "
+                         f"were dropped unnoted ({who}; each rank's first {NOTED_PER_PEER} noted above)")
         if shed:
             parts.append(f"{shed} connection(s) holding no rank closed to keep descriptors for the members")
         return "; ".join(parts)
@@ -445,9 +463,11 @@ class RankChannel:
     def log_turned_away(self) -> None:
         """The counts behind the notes, once, in the wire log (it grows with the run, not with
         whoever floods us)."""
-        if self.log and (self.turned_away.count or self.refusals.count):
+        members = {str(r): t.dropped for r, t in self.totals.items() if t.dropped > NOTED_PER_PEER}
+        if self.log and (self.turned_away.count or self.refusals.count or members):
             self.log.event("turned-away", messages=dict(list(self.turned_away.count.items())[:64]),
-                           connections=dict(list(self.refusals.count.items())[:64]))
+                           connections=dict(list(self.refusals.count.items())[:64]),
+                           member_replies_dropped=members)
 
     def note(self, rank: int | None, text: str) -> None:
         if self.last_record is not None:

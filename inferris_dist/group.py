@@ -63,6 +63,7 @@ class ProcessGroup:
         self.channel = RankChannel(self.world_size, step_timeout, wire_log)
         self.log = wire_log
         check_fits(workload)
+        self.max_frame = frame_cap(workload)
         self.num_pages, self.page_size = cfg.num_pages, cfg.page_size
         self.accept_scripts = accept_scripts(workload)
         self.start_timeout = start_timeout
@@ -130,10 +131,10 @@ class ProcessGroup:
                     template.close()
                     template = None            # spawn each worker fresh instead
             self.members = Spawned(self.channel, self.secret, self.log_dir, self.start_timeout, template)
-            self.channel.open(self._local_endpoint(), None)
+            self.channel.open(self._local_endpoint(), None, self.max_frame)
         else:
             self.descriptors = raise_descriptor_limit()    # strangers may knock: room for them
-            self.channel.open(self.listen, self.keys)
+            self.channel.open(self.listen, self.keys, self.max_frame)
         self._admit(range(self.world_size), shard=[], step=-1)
 
     def _local_endpoint(self) -> str:
@@ -296,6 +297,18 @@ class ProcessGroup:
                 raise err
         if self.log:
             self.log.event("audit", step=step, epoch=self.epoch)
+
+
+def frame_cap(workload: Workload) -> int:
+    """The largest frame a rank of this run can have a reason to send (its SHARD: every slot of
+    the pool in (request, base, mask) layers; its RESULT: every request's outcome and the
+    step's writes), generously, and at least 1 MiB: what one frame from a member may cost."""
+    cfg = workload.config
+    id_len = max((len(r.request_id.encode()) for r in workload.requests), default=1)
+    slot = id_len + 24 + (cfg.page_size + 7) // 8
+    shard = cfg.num_pages * min(cfg.page_size, len(workload.requests) + 1) * slot + 16 * cfg.num_pages
+    result = len(workload.requests) * (id_len + 64) + 16 * (cfg.max_step_tokens + cfg.num_pages)
+    return int(min(wire.MAX_FRAME_BYTES, max(1 << 20, 2 * (shard + result) + 4096)))
 
 
 def check_fits(workload: Workload) -> None:

@@ -5,6 +5,11 @@ files (`zmq.auth` format): `scheduler.key` / `scheduler.key_secret` and
 `rank-R.key` / `rank-R.key_secret`. A secret file is mode 0600 from the
 moment it exists (written in a private temporary folder, then moved in).
 
+Loading is as wary as ssh: every key file is read through one descriptor, at
+most KEY_FILE_MAX bytes (a bigger one is refused unread), and a secret whose
+owner is someone else, or whose mode lets anyone else in, is refused with the
+command that fixes it. Each refusal is one line naming the file (KeyFileError).
+
 The scheduler needs its own pair and every rank's public key; a worker needs
 the scheduler's public key and its own pair. Whoever holds
 `rank-R.key_secret` is rank R: the scheduler's ZAP handler names each
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,14 +76,97 @@ def write_keys(directory: str | Path, world_size: int, force: bool = False) -> l
     return files
 
 
+# A certificate from `inferris-dist keys` is about 350 bytes; a few kB leaves room for comments
+# and metadata, and a file past it is refused unread (a 2 GB "key" must not cost 2 GB).
+KEY_FILE_MAX = 4096
+
+
 def _load(path: Path, want_secret: bool) -> tuple[bytes, bytes | None]:
-    if not path.is_file():
-        raise KeyFileError(f"no key file {path} (make keys with `inferris-dist keys DIR --world-size N`)")
-    import zmq.auth
+    return _parse(path, _read(path, want_secret), want_secret)
+
+
+def _read(path: Path, secret: bool) -> bytes:
+    """At most KEY_FILE_MAX bytes of a regular key file; a secret's owner and mode are checked
+    on the file opened (fstat), so what is checked is what is read."""
     try:
-        public, secret = zmq.auth.load_certificate(path)
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise KeyFileError(f"{path} is not a ZeroMQ certificate file: {e}") from None
+        # O_NONBLOCK: a FIFO put in a key's place must not block the open
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise KeyFileError(f"no key file {path} (make keys with `inferris-dist keys DIR "
+                           f"--world-size N`)") from None
+    except OSError as e:
+        raise KeyFileError(f"cannot open key file {path}: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise KeyFileError(f"{path} is not a regular file (make keys with `inferris-dist keys "
+                               f"DIR --world-size N`)")
+        if st.st_size > KEY_FILE_MAX:
+            raise KeyFileError(_too_big(path, f"{st.st_size} bytes"))
+        if secret:
+            _check_private(path, st)
+        data = b""
+        while len(data) <= KEY_FILE_MAX:          # the size may change under us: read cap + 1 at most
+            chunk = os.read(fd, KEY_FILE_MAX + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except OSError as e:
+        raise KeyFileError(f"cannot read key file {path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    if len(data) > KEY_FILE_MAX:
+        raise KeyFileError(_too_big(path, f"more than {KEY_FILE_MAX} bytes"))
+    return data
+
+
+def _too_big(path: Path, size: str) -> str:
+    return f"{path} is too big for a key file ({size}; a key file holds at most {KEY_FILE_MAX} bytes)"
+
+
+def _check_private(path: Path, st: os.stat_result) -> None:
+    """A secret key must be ours and open to nobody else (as ssh requires of a private key)."""
+    me = os.geteuid()
+    if st.st_uid != me:
+        raise KeyFileError(f"{path} is owned by {_user(st.st_uid)}, not by you (uid {me}): a secret "
+                           f"key file must be yours, so that nobody else can read or replace it")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        raise KeyFileError(f"{path} is open to others (mode {mode:04o}); a secret key file must be "
+                           f"readable by you alone: chmod 600 {_quoted(path)}")
+
+
+def _user(uid: int) -> str:
+    """`name (uid N)`, or `uid N` for a uid without a name."""
+    try:
+        import pwd
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _quoted(path: Path) -> str:
+    """The path as a shell word (escaped if it holds what a terminal would act on)."""
+    import shlex
+    text = shlex.quote(str(path))
+    return text if text.isprintable() else repr(str(path))
+
+
+def _parse(path: Path, data: bytes, want_secret: bool) -> tuple[bytes, bytes | None]:
+    """A ZeroMQ certificate file's keys (the format zmq.auth.load_certificate reads)."""
+    public = secret = None
+    for line in data.splitlines():
+        line = line.strip()
+        if line.startswith(b"#"):
+            continue
+        if line.startswith(b"public-key") and b"=" in line:
+            public = line.split(b"=", 1)[1].strip(b" \t'\"")
+        if line.startswith(b"secret-key") and b"=" in line:
+            secret = line.split(b"=", 1)[1].strip(b" \t'\"")
+        if public and secret:
+            break
+    if public is None:
+        raise KeyFileError(f"{path} is not a ZeroMQ certificate file: no public key found in it")
     if not _z85_key(public) or (want_secret and not _z85_key(secret)):
         raise KeyFileError(f"{path} holds no usable CURVE {'secret' if want_secret else 'public'} key")
     return public, secret

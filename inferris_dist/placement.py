@@ -11,9 +11,14 @@ launcher set, in this order of launchers:
 
 and the address from `--connect`, or else `MASTER_ADDR` and `MASTER_PORT`.
 The worker says in one line where each value came from.
+
+The rank and the world size come from one launcher: a rank from SLURM_PROCID
+beside only torchrun's WORLD_SIZE is an error (unless --world-size is given:
+flags always win). A rank, size or port is the digits 0-9 and nothing else.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -44,41 +49,77 @@ class Placement:
         return f"rank {self.rank} of {self.world_size}, scheduler at {self.address} ({self.said})"
 
 
-def _int(text: str, what: str) -> int:
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise PlacementError(f"{what} is {text!r}, not an integer") from None
+_DIGITS = re.compile(r"[0-9]+")
+_LONGEST = 18          # digits: far past any rank, size or port, and short of a slow int()
+
+
+def number(text: str, what: str) -> int:
+    """A rank, world size or port as written in a variable or flag `what`: the digits 0-9 and
+    nothing else (int() would also take " +1_0 " and other scripts' digits, such as "\u0661")."""
+    if not _DIGITS.fullmatch(text):
+        raise PlacementError(f"{what} is {_shown(text)}, not an integer of the digits 0-9 alone")
+    if len(text) > _LONGEST:
+        raise PlacementError(f"{what} is a number of {len(text)} digits: far out of range")
+    return int(text)
+
+
+def digits_arg(text: str) -> int:
+    """argparse type for --rank and --world-size: the digits 0-9 only, as `number`."""
+    if not _DIGITS.fullmatch(text) or len(text) > _LONGEST:
+        import argparse
+        raise argparse.ArgumentTypeError(f"want an integer of the digits 0-9 alone, got {_shown(text)}")
+    return int(text)
+
+
+def _shown(text: str) -> str:
+    """A value from outside, escaped for a terminal (repr) and cut to a readable length."""
+    return repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text)} characters)"
+
+
+def _set(environ: Mapping[str, str], var: str | None) -> bool:
+    return var is not None and environ.get(var, "") != ""
 
 
 def place(rank: int | None, world_size: int | None, connect: str | None,
           environ: Mapping[str, str]) -> Placement:
+    """Flags first; else the first launcher (in LAUNCHERS' order) that set a rank gives the rank
+    and the world size both: a rank from one launcher and a size from another is refused."""
     said = []
+    launcher = None                                   # the launcher the rank came from
     if rank is not None:
         said.append("rank from --rank")
     else:
-        for rank_var, _, who in LAUNCHERS:
-            if environ.get(rank_var, "") != "":
-                rank = _int(environ[rank_var], rank_var)
-                said.append(f"rank from {rank_var} ({who})")
-                break
-        else:
+        launcher = next((entry for entry in LAUNCHERS if _set(environ, entry[0])), None)
+        if launcher is None:
             raise PlacementError("no rank: pass --rank R, or start the worker under a launcher that "
                                  "sets one of " + ", ".join(v for v, _, _ in LAUNCHERS))
+        rank_var, _, who = launcher
+        rank = number(environ[rank_var], rank_var)
+        said.append(f"rank from {rank_var} ({who})")
     if world_size is not None:
         said.append("world size from --world-size")
-    else:
-        for _, size_var, who in LAUNCHERS:
-            if size_var is not None and environ.get(size_var, "") != "":
-                world_size = _int(environ[size_var], size_var)
-                if said[-1].endswith(f"({who})"):      # the same launcher said both
-                    said[-1] = said[-1].replace(" (", f" and world size from {size_var} (")
-                else:
-                    said.append(f"world size from {size_var} ({who})")
-                break
+    elif launcher is not None:
+        rank_var, size_var, who = launcher
+        if _set(environ, size_var):
+            world_size = number(environ[size_var], size_var)
+            said[-1] = f"rank from {rank_var} and world size from {size_var} ({who})"
         else:
-            raise PlacementError("no world size: pass --world-size N (a Kubernetes indexed Job "
-                                 "does not say it)")
+            other = next((entry for entry in LAUNCHERS if _set(environ, entry[1])), None)
+            head = (f"rank from {rank_var} ({who}) without {size_var}" if size_var else
+                    f"rank from {rank_var} ({who}, which gives no world size)")
+            if other is not None:
+                raise PlacementError(f"{head}, but a world size only from {other[1]} ({other[2]}): "
+                                     f"one launcher must give both; pass --world-size N")
+            raise PlacementError(f"no world size: {head}; pass --world-size N")
+    else:                                             # --rank: the size from any launcher
+        other = next((entry for entry in LAUNCHERS if _set(environ, entry[1])), None)
+        if other is None:
+            raise PlacementError("no world size: pass --world-size N, or start the worker under a "
+                                 "launcher that sets one of " +
+                                 ", ".join(v for _, v, _ in LAUNCHERS if v))
+        _, size_var, who = other
+        world_size = number(environ[size_var], size_var)
+        said.append(f"world size from {size_var} ({who})")
     if not 1 <= world_size <= MAX_WORLD_SIZE:
         raise PlacementError(f"world size {world_size} is outside 1..{MAX_WORLD_SIZE}")
     if not 0 <= rank < world_size:
@@ -87,7 +128,7 @@ def place(rank: int | None, world_size: int | None, connect: str | None,
         address = connect
         said.append("address from --connect")
     elif environ.get("MASTER_ADDR") and environ.get("MASTER_PORT"):
-        host, port = environ["MASTER_ADDR"], _int(environ["MASTER_PORT"], "MASTER_PORT")
+        host, port = environ["MASTER_ADDR"], number(environ["MASTER_PORT"], "MASTER_PORT")
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"                       # an IPv6 address
         address = f"tcp://{host}:{port}"
@@ -105,7 +146,8 @@ def check_address(address: str, flag: str, can_bind_any: bool = True) -> None:
         raise PlacementError(f"{flag} {address!r}: want tcp://HOST:PORT")
     host, sep, port = address[len("tcp://"):].rpartition(":")
     low = 0 if can_bind_any else 1
-    if not sep or not host or not port.isdigit() or not low <= int(port) <= 65535:
+    if (not sep or not host or not _DIGITS.fullmatch(port) or len(port) > _LONGEST
+            or not low <= int(port) <= 65535):     # digits 0-9 only: not "+80" nor "\u0668\u0660"
         raise PlacementError(f"{flag} {address!r}: want tcp://HOST:PORT with a port in {low}..65535")
     if " " in host or host.strip("[]") == "":
         raise PlacementError(f"{flag} {address!r}: {host!r} is not a host name or address")

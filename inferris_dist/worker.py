@@ -36,7 +36,7 @@ from . import wire
 from .faults import parse_fault
 from .gate import monitor_event
 from .keys import ClientKeys, KeyFileError
-from .placement import PlacementError, place
+from .placement import PlacementError, digits_arg, place
 from .wire import MsgType
 
 PARENT_CHECK_MS = 500
@@ -363,10 +363,10 @@ def main(argv: list[str] | None = None) -> int:
                  description="A rank worker. Started by `inferris-dist launch` on this host, or "
                              "by anyone (a cluster launcher: mpiexec, srun, torchrun, a Kubernetes "
                              "indexed Job) for a scheduler started with `launch --listen`.")
-    ap.add_argument("--rank", type=_int, help="this worker's rank (default: from the launcher's "
+    ap.add_argument("--rank", type=digits_arg, help="this worker's rank (default: from the launcher's "
                     "environment: RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, "
                     "JOB_COMPLETION_INDEX)")
-    ap.add_argument("--world-size", type=_int, help="number of ranks (default: WORLD_SIZE, "
+    ap.add_argument("--world-size", type=digits_arg, help="number of ranks (default: WORLD_SIZE, "
                     "SLURM_NTASKS, OMPI_COMM_WORLD_SIZE, PMI_SIZE)")
     ap.add_argument("--connect", metavar="tcp://HOST:PORT",
                     help="the scheduler's address (default: tcp://$MASTER_ADDR:$MASTER_PORT)")

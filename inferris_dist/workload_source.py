@@ -91,7 +91,7 @@ def workload_from_flags(spec: str | None, requests: list[str] | None, knobs: dic
     if spec is not None and requests:
         raise WorkloadError("--spec and --request are exclusive: give one or the other")
     if spec == "-":
-        workload, name = load_workload(parse_json(sys.stdin.read(), "spec on stdin")), "stdin"
+        workload, name = load_workload(parse_json(_stdin_text(), "spec on stdin")), "stdin"
     elif spec is not None:
         workload, name = load_workload(Path(spec)), Path(spec).name.removesuffix(".json")
     elif requests:
@@ -100,3 +100,16 @@ def workload_from_flags(spec: str | None, requests: list[str] | None, knobs: dic
     else:
         workload, name = load_workload(default), default_name
     return workload.with_config(**knobs), name
+
+
+def _stdin_text() -> str:
+    """The spec on stdin, decoded as UTF-8 whatever the locale says stdin is: bytes that
+    are not UTF-8 are bad input, not an internal error nor lone surrogates in a request id."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:                  # a text-only stdin (tests replace it with StringIO)
+        return sys.stdin.read()
+    try:
+        return stream.read().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise WorkloadError(f"spec on stdin is not UTF-8: byte 0x{e.object[e.start]:02x} at offset "
+                            f"{e.start} ({e.reason})") from None
