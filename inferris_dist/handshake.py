@@ -46,6 +46,7 @@ class Admission:
         self.never_came = never_came      # e.g. "did not finish the handshake within 20 s"
         self.configured: set[int] = set()
         self.ready: set[int] = set()
+        self.waiting: set[int] = set()    # ranks whose early replacement knocked (noted once)
         # a member outside `ranks` lost while we wait: replaced within the same window
         self.also_lost = also_lost
 
@@ -113,6 +114,8 @@ class Admission:
                                             f"the run has {channel.world_size}")
         if not 0 <= rank < channel.world_size:
             return self.refuse(ident, meta, f"claims rank {rank}, outside 0..{channel.world_size - 1}")
+        if rank not in self.ranks and self.vetting.replaceable and rank in channel.members:
+            return self.wait_turn(rank, meta)
         if rank not in self.ranks or rank in self.configured:
             return self.refuse(ident, meta, f"claims rank {rank}, which is already taken")
         why = self.vetting.vet(rank, header, hello, meta)
@@ -130,6 +133,16 @@ class Admission:
             if not self.vetting.replaceable:
                 raise
             self.forget(rank, "its CONFIG could not be sent")
+
+    def wait_turn(self, rank: int, meta: Meta | None) -> None:
+        """A worker for a rank whose member we still hold (started early, by a launcher that
+        saw its host go before we did): not refused. It repeats its HELLO until it is let in,
+        which it is if that member is lost; noted once per admission."""
+        if rank not in self.waiting:
+            self.waiting.add(rank)
+            host = meta.host if meta is not None and meta.host else "a peer"
+            self.channel.note(rank, f"a worker for rank {rank} at {host} knocks while rank {rank} "
+                                    f"still has a member: it waits its turn (unanswered)")
 
     def forget(self, rank: int, why: str) -> None:
         """A member someone else started went before READY: wait on for another (until the

@@ -38,6 +38,9 @@ class RankTotals:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+BUFFERED_EVENTS = frozenset({"phase", "attempt", "step"})   # one per step or more: not flushed each
+
+
 class WireLog:
     """One JSON line per message that crossed, and per event (drop, loss, restart)."""
 
@@ -54,8 +57,15 @@ class WireLog:
                      "body": to_jsonable(body), **extra})
 
     def event(self, event: str, t: float | None = None, **fields: Any) -> None:
-        """Something that happened (`t`: when it began, default now)."""
+        """Something that happened (`t`: when it began, default now). A loss, a restart or a
+        note is flushed at once, so `tail -f` sees it as it happens (messages and the per-step
+        events are written through the buffer)."""
         self._write({"t": round(time.monotonic() if t is None else t, 6), "event": event, **fields})
+        if event not in BUFFERED_EVENTS:
+            try:
+                self.stream.flush()
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, self.name) from None
 
     def _write(self, obj: dict) -> None:
         try:

@@ -136,3 +136,48 @@ def test_a_member_flooding_replies_for_other_steps_gets_the_strangers_quota(keys
     events = [json.loads(line) for line in log.read_text().splitlines()]
     counted = [e for e in events if e.get("event") == "turned-away"]
     assert counted and int(counted[-1]["member_replies_dropped"]["0"]) >= 1000   # counted, however many came
+
+
+def wait_for_note(log: Path, words: tuple[str, ...], timeout: float) -> str:
+    """The first wire-log note holding any of `words` (a condition with a deadline)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in log.read_text().splitlines() if log.exists() else ():
+            if '"note"' in line and any(w in line for w in words):
+                return line
+        time.sleep(0.05)
+    pytest.fail(f"no note with {words} in {timeout} s")
+
+
+def test_an_early_replacement_waits_its_turn_while_another_rank_is_admitted(keys, procs, tmp_path):
+    """Finding 8: rank 2 goes silent; while its replacement is awaited rank 1 goes silent too,
+    and replacements for both start at once. Rank 1's knocks while rank 1 still has a member:
+    it is not refused, it waits, and is let in when rank 1 is found lost. The run ends with
+    the fault-free trace."""
+    import signal
+
+    from external import run_json
+    n = 3
+    log = tmp_path / "w.jsonl"
+    want = run_json(LONG, "--world-size", n)
+    sched = Scheduler(["--listen", "tcp://127.0.0.1:0", "--keys", keys, "--spec", LONG,
+                       "--world-size", n, "--json", "--on-rank-loss", "restore", "--step-timeout", 2,
+                       "--rejoin-timeout", 30, "--fault", "all:delay@0+:0.01", "--wire-log", log])
+    procs.append(sched.proc)
+    address = sched.listening()
+    first = [start_worker(address, keys, r, n) for r in range(n)]
+    procs.extend(first)
+    sched.out.until(r'"step": 2\b', 30)
+    first[2].send_signal(signal.SIGSTOP)
+    sched.err.until("replacement for rank 2", 30)
+    first[1].send_signal(signal.SIGSTOP)
+    early = start_worker(address, keys, 1, n)               # first: it knocks during the admission
+    wait_for_note(log, ("knocks while rank 1", "claims rank 1"), 30)   # judged during the admission
+    again = [early, start_worker(address, keys, 2, n)]
+    procs.extend(again)
+    status, out, err = sched.finish(90)
+    for w in first:
+        w.send_signal(signal.SIGKILL)
+    assert status == 0, err[-5:]
+    assert out == want
+    assert all(w.wait(10) == 0 for w in again)
