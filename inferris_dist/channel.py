@@ -68,6 +68,10 @@ def machine_failure(e: OSError | zmq.ZMQError, what: str = "", step: int | None 
     text = getattr(e, "strerror", None) or str(e)
     if errno_ in (_errno.EMFILE, _errno.ENFILE):
         text = f"out of file descriptors ({text}; see ulimit -n)"
+    elif errno_ == _errno.ENOSPC:
+        text = f"{text} (the disk, or its inodes, is full: see df -h and df -i)"
+    elif errno_ == _errno.EAGAIN:
+        text = f"{text} (the system refused a process or thread: see ulimit -u)"
     where = f"{name}: " if name else ""
     return MachineFailure(f"{what + ': ' if what else ''}{where}{text}", step)
 

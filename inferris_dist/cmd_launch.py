@@ -134,15 +134,24 @@ def run_launch(workload, name: str, args) -> int:
                                   lambda problem: metrics_document(problem, escaping))
         closing = html.write(name, closing)
     _say_unfired(group, engine)
-    if closing is not None and failure is None:
-        status, failure = EXIT_FAILED, closing
-        if as_json:
-            out.write(json.dumps(closing.to_json()) + "\n")
-            return status
+    lost_log = group.log.broken if group is not None and group.log else None
+    if lost_log is not None and closing is None:     # the run went on without its wire log
+        closing = machine_failure(lost_log, f"--wire-log {args.wire_log}")
+        closing.message += " (the run went on without the rest of its wire log)"
+    output_failed = closing is not None and failure is None   # an output file, not the run
+    if output_failed and closing.step is None and engine is not None and engine.step_id:
+        closing.step = engine.step_id - 1                     # said after the run's last step
+    if output_failed:
+        status = EXIT_FAILED
     if as_json:
-        if status == EXIT_OK:
+        if failure is None and engine is not None:     # a finished run's summary stands
             out.write(json.dumps({"summary": engine.summary()}) + "\n")
+        if output_failed:
+            out.flush()
+            render.write_error(closing, sys.stderr, render.Style.for_stream(sys.stderr))
         return status
+    if output_failed:
+        failure = closing
     if engine is not None:
         out.write(render.request_table(engine.summary(), style) + "\n")
         out.write(render.closing_line(num_steps, engine.summary()) + "\n")

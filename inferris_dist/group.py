@@ -13,6 +13,7 @@ Admission (handshake.py) checks either kind in; after that they are alike.
 """
 from __future__ import annotations
 
+import resource
 import secrets
 import signal
 import threading
@@ -36,9 +37,9 @@ from engine.shard import SlotStore, first_mismatch
 from launcher import Template, make_run_dir, remove_run_dir
 
 from . import wire
-from .channel import RankChannel
+from .channel import MachineFailure, RankChannel
 from .faults import Fault
-from .gate import raise_descriptor_limit
+from .gate import DESCRIPTORS_PER_RANK, raise_descriptor_limit
 from .handshake import Admission
 from .keys import ServerKeys
 from .members import External, Spawned
@@ -47,6 +48,7 @@ from .wire import MsgType
 
 LOOPBACK = "tcp://127.0.0.1"
 LOCAL = "local"          # a unix socket in a private directory of ours (mode 0700), never TCP
+DESCRIPTORS_BASE = 48   # ZeroMQ's context and sockets, the template, our files and standard streams
 MAX_IPC_PATH = 100       # sun_path holds 108 bytes
 
 
@@ -120,6 +122,8 @@ class ProcessGroup:
         self.close()
 
     def start(self) -> None:
+        self.descriptors = raise_descriptor_limit()        # strangers may knock: room for them
+        self._check_descriptors()
         if self.listen is None:
             self.log_dir = make_run_dir()
             template = None
@@ -133,9 +137,19 @@ class ProcessGroup:
             self.members = Spawned(self.channel, self.secret, self.log_dir, self.start_timeout, template)
             self.channel.open(self._local_endpoint(), None, self.max_frame)
         else:
-            self.descriptors = raise_descriptor_limit()    # strangers may knock: room for them
             self.channel.open(self.listen, self.keys, self.max_frame)
         self._admit(range(self.world_size), shard=[], step=-1)
+
+    def _check_descriptors(self) -> None:
+        """Refuse to start a run the descriptor limit cannot hold (ZeroMQ aborts the whole
+        process when it runs out mid-way): each rank costs us a connection, and for workers we
+        start a pidfd and a log; ZeroMQ's context, sockets and our files need some more."""
+        soft = self.descriptors[0]
+        need = DESCRIPTORS_BASE + DESCRIPTORS_PER_RANK * self.world_size
+        if soft != resource.RLIM_INFINITY and soft < need:
+            raise MachineFailure(f"a run of {self.world_size} rank(s) needs about {need} file descriptors; "
+                                 f"the limit is {soft} (hard {self.descriptors[1]}): raise it with "
+                                 f"ulimit -n {need}", None)
 
     def _local_endpoint(self) -> str:
         """Spawned workers connect over a unix socket only the run's owner can reach (the run
@@ -325,6 +339,14 @@ def check_fits(workload: Workload) -> None:
         if len(script) > wire.MAX_ARRAY_LEN or any(not -2**63 <= a < 2**63 for a in script):
             raise WorkloadError(f"request {r.request_id!r}: 'accept_script' does not fit the wire "
                                 f"(at most {wire.MAX_ARRAY_LEN} 64-bit integers)")
+    entries = sum(len(r.accept_script or ()) for r in workload.requests)
+    if entries > wire.MAX_FRAME_BYTES // 16:       # big enough to matter: measure the CONFIG itself
+        size = len(wire.encode_body(MsgType.CONFIG, wire.Config(cfg.num_pages, cfg.page_size,
+                                                                accept_scripts(workload), [], [])))
+        if size > wire.MAX_FRAME_BYTES:
+            raise WorkloadError(f"the accept scripts ({entries:,} entries) make a CONFIG of {size:,} bytes, "
+                                f"over the wire's frame limit of {wire.MAX_FRAME_BYTES:,}: every rank "
+                                f"gets every script at start-up")
 
 
 class _interrupts_held:

@@ -47,6 +47,8 @@ class Admission:
         self.configured: set[int] = set()
         self.ready: set[int] = set()
         self.waiting: set[int] = set()    # ranks whose early replacement knocked (noted once)
+        self.refused: list[str] = []      # the first few peers refused, and why
+        self.num_refused = 0
         # a member outside `ranks` lost while we wait: replaced within the same window
         self.also_lost = also_lost
 
@@ -68,7 +70,12 @@ class Admission:
                     self.ranks.add(rank)
             if time.monotonic() >= deadline and len(self.ready) < len(self.ranks):
                 missing = sorted(self.ranks - self.ready)
-                raise channel.lost(missing[0], self.step, "timeout", self.never_came, also=missing[1:])
+                why = self.never_came
+                if self.refused:
+                    why += ("; meanwhile refused: " + "; ".join(self.refused)
+                            + (f" (and {self.num_refused - len(self.refused)} more)"
+                               if self.num_refused > len(self.refused) else ""))
+                raise channel.lost(missing[0], self.step, "timeout", why, also=missing[1:])
 
     def take(self, frames: list[bytes], meta: Meta | None) -> None:
         channel = self.channel
@@ -152,4 +159,8 @@ class Admission:
         self.channel.note(rank, f"rank {rank} left during its handshake ({why}); still waiting for it")
 
     def refuse(self, ident: bytes, meta: Meta | None, reason: str) -> None:
-        self.channel.refuse(ident, reason, meta.host if meta is not None else "")
+        host = meta.host if meta is not None else ""
+        self.num_refused += 1
+        if len(self.refused) < 3:          # the first few, for the diagnosis if ranks never come
+            self.refused.append(f"a peer{' at ' + host if host else ''}: {reason}")
+        self.channel.refuse(ident, reason, host)

@@ -14,6 +14,7 @@ through the same admission and the same channel.
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import threading
 import time
@@ -66,7 +67,9 @@ class Spawned:
         if self.template is not None:
             try:
                 started = fork_workers(self.template, self.forked_argv, self.secret, ranks, self.log_dir)
-            except OSError:
+            except OSError as e:
+                if e.filename is not None:
+                    raise                     # a file we could not make (a full disk): say so
                 self.template = None          # it is gone: start them the slow way from now on
         if started is None:
             started = spawn_workers(self.argv, self.channel.world_size, self.secret, ranks, self.log_dir)
@@ -93,7 +96,8 @@ class Spawned:
         if not w.wait(1.0):            # its connection may close a moment before it is reaped
             return " (its connection closed; the process still runs)"
         words = w.last_words()
-        return f" ({w.exit_description()}" + (f"; its last words: {words})" if words else ")")
+        return (f" ({w.exit_description()}" + (f"; its last words: {words}" if words else "")
+                + _resource_hint(words) + ")")
 
     def retire(self, ranks: Sequence[int]) -> None:
         """The old workers of `ranks` are killed, not asked: they are lost or not trusted."""
@@ -196,6 +200,22 @@ class External:
     @property
     def pids_started(self) -> list[int]:
         return []
+
+
+def _resource_hint(words: str) -> str:
+    """The limit behind a worker's last words, where they name a resource the system refused
+    (ZeroMQ aborts with the errno's text when it cannot start its I/O thread)."""
+    if "Resource temporarily unavailable" in words or "Cannot allocate memory" in words:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+        limit = "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
+        return (f"; the system refused a thread or process: likely the limit of processes per user "
+                f"(ulimit -u: {limit}) or memory")
+    if "Too many open files" in words:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return f"; out of file descriptors (ulimit -n: {soft})"
+    if "No space left on device" in words:
+        return "; the disk (or its inodes) is full: df -h, df -i"
+    return ""
 
 
 def _send_stop(channel: RankChannel, ranks: Sequence[int]) -> None:

@@ -47,6 +47,7 @@ class WireLog:
     def __init__(self, stream: TextIO, name: str = "--wire-log"):
         self.stream = stream
         self.name = f"{name} {getattr(stream, 'name', '')}".strip()
+        self.broken: OSError | None = None    # the first write that failed: nothing is written after
 
     def message(self, direction: str, rank: int | None, epoch: int, step: int, kind: str,
                 num_bytes: int | None, body: Any, t: float | None = None, **extra: Any) -> None:
@@ -61,14 +62,21 @@ class WireLog:
         note is flushed at once, so `tail -f` sees it as it happens (messages and the per-step
         events are written through the buffer)."""
         self._write({"t": round(time.monotonic() if t is None else t, 6), "event": event, **fields})
-        if event not in BUFFERED_EVENTS:
+        if event not in BUFFERED_EVENTS and self.broken is None:
             try:
                 self.stream.flush()
             except OSError as e:
-                raise OSError(e.errno, e.strerror, self.name) from None
+                self._lost(e)
 
     def _write(self, obj: dict) -> None:
+        """One line; a write the machine refuses (a full disk) loses the log, not the run: it
+        is remembered, said at the end, and nothing more is written."""
+        if self.broken is not None:
+            return
         try:
             self.stream.write(json.dumps(obj) + "\n")
         except OSError as e:
-            raise OSError(e.errno, e.strerror, self.name) from None
+            self._lost(e)
+
+    def _lost(self, e: OSError) -> None:
+        self.broken = OSError(e.errno, e.strerror, getattr(self.stream, "name", None))

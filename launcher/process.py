@@ -324,6 +324,7 @@ def fork_workers(template: Template, argv_for_rank: Callable[[int], Sequence[str
     try:
         for rank in ranks:
             log_path = log_dir / f"rank{rank}.{int(time.monotonic() * 1000)}.log"
+            open(log_path, "wb").close()   # here, not in the child: a full disk is ours to name
             workers.append(template.fork(rank, argv_for_rank(rank), secret, log_path))
     except BaseException:
         stop_workers(workers, grace=0.0)

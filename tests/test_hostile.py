@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 import zmq
-from external import CLI, ENV, Scheduler, cli, exit_line, long_spec, run_json, start_worker
+from external import CLI, ENV, GOLDEN, Scheduler, cli, exit_line, long_spec, run_json, start_worker
 from procs import all_gone
 
 from inferris_dist.gate import NOTED_PER_PEER
@@ -272,14 +272,18 @@ def test_a_bad_workload_names_an_evil_id_escaped(tmp_path):
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
 @pytest.mark.parametrize("as_json", [False, True])
-def test_a_full_wire_log_names_the_file(as_json):
-    done = cli("launch", "--wire-log", "/dev/full", *(["--json"] if as_json else []))
+@pytest.mark.parametrize("flag", ["--wire-log", "--timeline"])
+def test_a_full_output_file_is_named_and_the_run_finishes(as_json, flag):
+    """Issue 16, finding 14: a wire log or timeline on a full disk is named (stderr, exit 1);
+    the run goes on to its end and its summary stands."""
+    done = cli("launch", flag, "/dev/full", *(["--json"] if as_json else []))
     assert done.returncode == 1
-    assert "--wire-log /dev/full: No space left on device" in (done.stdout if as_json else done.stderr)
+    assert f"{flag} /dev/full: No space left on device" in done.stderr
     assert "Traceback" not in done.stderr
     if as_json:
-        last = json.loads(done.stdout.splitlines()[-1])
-        assert last["error"] == "MachineFailure"
+        assert done.stdout == (GOLDEN / "demo.trace.jsonl").read_text()   # every step, the summary
+    else:
+        assert "3/3 requests finished" in done.stdout and "none left running" in done.stdout
 
 
 def test_a_bad_fault_in_the_workload_says_it_came_from_the_workload(tmp_path):

@@ -163,3 +163,77 @@ def test_clear_returns_pages_in_tree_order_and_empties_the_cache():
     cache.insert_below(cache.root, [1], [10], refs)  # usable again
     assert cache.match([1], 1)[0] == [10]
     assert drain(cache, refs) == [10]
+
+
+def test_eviction_order_stays_tree_order_through_relabelling(monkeypatch):
+    """Random inserts, mappings and evictions against the SPEC's rule, read off the tree.
+
+    A tiny label space makes almost every insertion relabel (and the labels outgrow it),
+    which is where the order-maintenance labels and the heap's stale entries could go wrong.
+    """
+    import random
+
+    from engine import prefix
+
+    def tour(cache):
+        """The tokens of the linked list, checked against the tree's own Euler tour."""
+        want = []
+
+        def visit(node):
+            want.append(node)
+            for child in node.children.values():
+                visit(child)
+            want.append(node.exit)
+        visit(cache.root)
+        got, token = [], cache.root
+        while token is not None:
+            got.append(token)
+            token = token.next
+        assert got == want
+        labels = [t.label for t in got]
+        assert labels == sorted(set(labels)), "labels must increase strictly along the tour"
+
+    def first_unmapped_leaf(cache, refs):
+        return next((n.page for n in cache.tree_order() if not n.children and refs[n.page] == 0), None)
+
+    for label_bits in (2, 120):
+        monkeypatch.setattr(prefix, "LABEL_BITS", label_bits)
+        rng = random.Random(label_bits)
+        refs = [0] * 5000
+        cache = RadixCache()
+        next_page = next_key = 0
+        for op in range(1500):
+            nodes = list(cache.tree_order())
+            roll = rng.random()
+            if roll < 0.45 or not nodes:
+                parent = rng.choice(nodes + [cache.root] * 3)
+                m = rng.choice((1, 1, 2, 3, 7))
+                keys = list(range(next_key + 1, next_key + 1 + m))
+                pages = list(range(next_page, next_page + m))
+                next_key, next_page = next_key + m, next_page + m
+                for page in pages:
+                    refs[page] = int(rng.random() < 0.3)
+                cache.insert_below(parent, keys, pages, refs)
+            elif roll < 0.7:
+                node = rng.choice(nodes)
+                if refs[node.page]:
+                    refs[node.page] = 0
+                    cache.note_unreferenced(node.page)
+                else:
+                    refs[node.page] = 1
+            elif roll < 0.995:
+                want = first_unmapped_leaf(cache, refs)
+                assert cache.evict_one(refs) == want, op
+            else:
+                assert cache.clear() == [n.page for n in nodes]
+            tour(cache)
+            paths = [n.path for n in cache.tree_order()]
+            assert paths == sorted(paths)                  # the old key still sorts the same way
+        for node in list(cache.tree_order()):            # unmap everything, then empty it
+            if refs[node.page]:
+                refs[node.page] = 0
+                cache.note_unreferenced(node.page)
+        while (want := first_unmapped_leaf(cache, refs)) is not None:
+            assert cache.evict_one(refs) == want
+            tour(cache)
+        assert cache.evict_one(refs) is None and len(cache) == 0
