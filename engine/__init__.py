@@ -3,7 +3,7 @@
 Pure Python, no I/O. The control plane (`Engine`) decides; an executor with
 `execute(plan) -> result` runs the plan on N ranks (default `LocalGroup`).
 
-    from engine import Engine, load_workload
+    from inferris_dist.engine import Engine, load_workload
     eng = Engine(load_workload("workload.json"))
     for trace in eng.run():
         print(trace.to_json())

@@ -25,10 +25,10 @@ sys.path.insert(0, str(HERE.parent))
 
 from serving import serving_workload  # noqa: E402
 
-from engine import Engine, LocalGroup, load_workload  # noqa: E402
 from inferris_dist import launch  # noqa: E402
-from inferris_dist.wire import MsgType, encode_body  # noqa: E402
-from launcher import spawn_workers, stop_workers  # noqa: E402
+from inferris_dist.engine import Engine, LocalGroup, load_workload  # noqa: E402
+from inferris_dist.launcher import spawn_workers, stop_workers  # noqa: E402
+from inferris_dist.protocol.wire import MsgType, encode_body  # noqa: E402
 
 
 class Recorder(LocalGroup):

@@ -26,9 +26,9 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from serving import serving_workload  # noqa: E402
 
-from engine import load_workload  # noqa: E402
 from inferris_dist import launch  # noqa: E402
-from inferris_dist.keys import write_keys  # noqa: E402
+from inferris_dist.engine import load_workload  # noqa: E402
+from inferris_dist.protocol.keys import write_keys  # noqa: E402
 
 
 def inner(a) -> int:
@@ -39,7 +39,7 @@ def inner(a) -> int:
 
     def start(address, ranks, timeout, rejoin):
         for r in ranks:
-            argv = [*prefixes[r % len(prefixes)], sys.executable, "-m", "inferris_dist.worker",
+            argv = [*prefixes[r % len(prefixes)], sys.executable, "-m", "inferris_dist.rank",
                     "--connect", address, "--rank", str(r), "--world-size", str(a.world_size)]
             if a.keys:
                 argv += ["--keys", a.keys]

@@ -9,7 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import inferris_dist  # noqa: E402
-from engine import Engine, load_workload  # noqa: E402
+from inferris_dist.engine import Engine, load_workload  # noqa: E402
 
 WORKLOAD = {
     "engine": {"max_step_tokens": 12, "page_size": 4, "num_pages": 12, "spec_len": 2},

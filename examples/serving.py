@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import Engine, LocalGroup, load_workload, run_workload  # noqa: E402
+from inferris_dist.engine import Engine, LocalGroup, load_workload, run_workload  # noqa: E402
 
 
 def serving_workload(num_requests: int = 1000, seed: int = 7, world_size: int = 1) -> dict:

@@ -6,9 +6,9 @@
 """
 import importlib
 
-# Imported on first use: a rank worker (inferris_dist.worker) must not load the control plane.
-_LAZY = {"ProcessGroup": "group", "LaunchOptions": "entry", "launch": "entry",
-         "DistributedEngine": "recovery"}
+# Imported on first use: a rank worker (inferris_dist.rank) must not load the control plane.
+_LAZY = {"ProcessGroup": "scheduler.group", "LaunchOptions": "scheduler.entry",
+         "launch": "scheduler.entry", "DistributedEngine": "scheduler.recovery"}
 
 
 def __getattr__(name: str):

@@ -213,7 +213,7 @@ class ForkedProcess(WorkerProcess):
 
 
 class Template:
-    """The scheduler's side of a template process (launcher.template): fork workers fast."""
+    """The scheduler's side of a template process (inferris_dist.launcher.template): fork workers fast."""
 
     def __init__(self, module: str, log_dir: Path, start_timeout: float = 20.0):
         self.module = module
@@ -229,8 +229,9 @@ class Template:
         log = open(self.log_dir / "template.log", "wb")
         try:
             main_thread = threading.current_thread() is threading.main_thread()
-            self.proc = subprocess.Popen([sys.executable, "-m", "launcher.template", self.module,
-                                          str(theirs.fileno())] + ["--death-signal"] * main_thread,
+            argv = [sys.executable, "-m", "inferris_dist.launcher.template", self.module,
+                    str(theirs.fileno())] + ["--death-signal"] * main_thread
+            self.proc = subprocess.Popen(argv,
                                          pass_fds=[theirs.fileno()],
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=log, start_new_session=True)

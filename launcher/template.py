@@ -7,7 +7,7 @@ holds state, sockets and threads): it is a small process of its own that
 imported exactly the worker module and nothing else, with no thread and no
 ZeroMQ context when it forks.
 
-    python -m launcher.template MODULE FD [--death-signal]   # FD: its end of a socketpair
+    python -m inferris_dist.launcher.template MODULE FD [--death-signal]   # FD: its end of a socketpair
 
 One JSON line per message on the socketpair. The scheduler asks
 `{"fork": ARGV, "rank": R, "secret": HEX, "log": PATH}`; the template answers

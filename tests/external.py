@@ -183,7 +183,7 @@ def long_spec(tmp_path: Path, new_tokens: int = 400, num_requests: int = 4,
 
 def keys_for(tmp_path: Path, world_size: int = 4) -> Path:
     """A fresh CURVE key directory for a test."""
-    from inferris_dist.keys import write_keys
+    from inferris_dist.protocol.keys import write_keys
     d = tmp_path / "keys"
     write_keys(d, world_size)
     return d

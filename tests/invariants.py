@@ -13,8 +13,8 @@ package if the instance does not carry it).
 """
 from __future__ import annotations
 
-import engine as engine_pkg
-from engine import State
+from inferris_dist import engine as engine_pkg
+from inferris_dist.engine import State
 
 
 def _cache_sentinel(eng):

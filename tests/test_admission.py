@@ -23,16 +23,16 @@ import zmq
 from external import GOLDEN
 from procs import wait_until
 
-from engine import ItemOutcome, load_workload, run_workload
-from inferris_dist import wire
-from inferris_dist.channel import RankChannel
-from inferris_dist.entry import DistributedEngine, launch
-from inferris_dist.gate import NOTED_PER_PEER
-from inferris_dist.group import ProcessGroup
-from inferris_dist.handshake import Admission
-from inferris_dist.members import Spawned
-from inferris_dist.observe import WireLog
-from inferris_dist.wire import MsgType, WireError
+from inferris_dist.engine import ItemOutcome, load_workload, run_workload
+from inferris_dist.observe.records import WireLog
+from inferris_dist.protocol import wire
+from inferris_dist.protocol.wire import MsgType, WireError
+from inferris_dist.scheduler.channel import RankChannel
+from inferris_dist.scheduler.entry import DistributedEngine, launch
+from inferris_dist.scheduler.gate import NOTED_PER_PEER
+from inferris_dist.scheduler.group import ProcessGroup
+from inferris_dist.scheduler.handshake import Admission
+from inferris_dist.scheduler.members import Spawned
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -2,8 +2,8 @@
 and a refused result commits nothing."""
 import pytest
 
-import engine
-from engine import (
+from inferris_dist import engine
+from inferris_dist.engine import (
     BoundaryViolation,
     Engine,
     ExecutionPlan,
@@ -14,9 +14,9 @@ from engine import (
     load_workload,
     run_workload,
 )
-from engine.boundary import build_plan, validate
-from engine.request import Request
-from engine.workload import RequestSpec
+from inferris_dist.engine.boundary import build_plan, validate
+from inferris_dist.engine.request import Request
+from inferris_dist.engine.workload import RequestSpec
 
 
 def placements(start, num_tokens, page_table, page_size=4):

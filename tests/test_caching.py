@@ -3,7 +3,7 @@ import json
 
 from external import GOLDEN
 
-from engine import CACHE, Engine, load_workload, run_workload
+from inferris_dist.engine import CACHE, Engine, load_workload, run_workload
 
 PROMPT = [1, 2, 3, 4, 5, 6, 7]
 

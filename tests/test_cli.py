@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from external import GOLDEN, cli
 
-from engine import run_workload
+from inferris_dist.engine import run_workload
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "inferris_dist.cli"]
@@ -376,7 +376,7 @@ ORIGINAL_ORDER = ["engine loop", "continuous batching", "token budget", "paged s
 
 
 def test_mechs_lists_the_twelve_in_the_original_order_with_real_modules_and_tests():
-    from engine.rungs import NAMES
+    from inferris_dist.engine.rungs import NAMES
     rows = mechs_rows()
     assert [r[1] for r in rows] == ORIGINAL_ORDER
     assert [r[0] for r in rows] == [f"{i:02d}" for i in range(1, 13)]

@@ -35,8 +35,8 @@ from invariants import check_invariants
 from procs import gone, wait_until
 
 import inferris_dist
-from engine import BoundaryViolation, EngineError, GroupViolation, RankLost, run_workload
-from engine.errors import ShardDivergence
+from inferris_dist.engine import BoundaryViolation, EngineError, GroupViolation, RankLost, run_workload
+from inferris_dist.engine.errors import ShardDivergence
 
 pytestmark = pytest.mark.timeout(60)   # every test here, one bound
 
@@ -66,7 +66,7 @@ def is_our_worker(pid: int, parent: int | None = None) -> bool:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    if b"inferris_dist.worker" not in argv:
+    if not any(a.startswith(b"inferris_dist.rank") for a in argv):   # spawned, or the template's forks
         return False
     return parent is None or str(parent).encode() in argv
 
@@ -618,7 +618,7 @@ def test_bad_fault_spec_in_the_workload_is_a_usage_error(tmp_path):
 
 
 def test_bad_fault_spec_in_the_library_raises_before_any_worker_starts():
-    from engine import WorkloadError
+    from inferris_dist.engine import WorkloadError
     for fault in ("4:crash@1", "1:explode@1", "x"):
         with pytest.raises(WorkloadError):
             with inferris_dist.launch(DEMO, world_size=WORLD_SIZE, faults=[fault]):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from external import GOLDEN
 
-from engine import load_workload, run_workload
+from inferris_dist.engine import load_workload, run_workload
 
 SPECS = sorted(p.name for p in GOLDEN.glob("*.spec.json"))
 STEP_FIELDS = ["step", "admitted", "scheduled", "executed", "sampled", "finished", "preempted",

@@ -4,7 +4,7 @@ import json
 import pytest
 from external import GOLDEN
 
-from engine import (
+from inferris_dist.engine import (
     Engine,
     ExecutionResult,
     GroupViolation,
@@ -15,10 +15,10 @@ from engine import (
     load_workload,
     run_workload,
 )
-from engine.boundary import build_plan
-from engine.request import Request
-from engine.shard import first_mismatch
-from engine.workload import RequestSpec
+from inferris_dist.engine.boundary import build_plan
+from inferris_dist.engine.request import Request
+from inferris_dist.engine.shard import first_mismatch
+from inferris_dist.engine.workload import RequestSpec
 
 SPECS = sorted(p.name for p in GOLDEN.glob("*.spec.json"))
 

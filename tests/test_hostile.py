@@ -30,8 +30,8 @@ import zmq
 from external import CLI, ENV, GOLDEN, Scheduler, cli, exit_line, long_spec, run_json, start_worker
 from procs import all_gone
 
-from inferris_dist.gate import NOTED_PER_PEER
-from launcher import sweep_stale
+from inferris_dist.launcher import sweep_stale
+from inferris_dist.scheduler.gate import NOTED_PER_PEER
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -25,11 +25,11 @@ import time
 import pytest
 from external import CLI, ENV, GOLDEN, REPO, cli
 
-from engine import WorkloadError, load_workload
-from inferris_dist import keys as key_module
-from inferris_dist import placement
-from inferris_dist.keys import ClientKeys, KeyFileError, ServerKeys
-from inferris_dist.placement import PlacementError, check_address, place
+from inferris_dist.engine import WorkloadError, load_workload
+from inferris_dist.protocol import keys as key_module
+from inferris_dist.protocol import placement
+from inferris_dist.protocol.keys import ClientKeys, KeyFileError, ServerKeys
+from inferris_dist.protocol.placement import PlacementError, check_address, place
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,10 +13,10 @@ import subprocess
 import pytest
 from external import CLI, ENV, GOLDEN, Scheduler, exit_line, start_worker
 
-from engine import WorkloadError, load_workload
-from inferris_dist import group as group_module
-from inferris_dist import wire
-from inferris_dist.members import _resource_hint
+from inferris_dist.engine import WorkloadError, load_workload
+from inferris_dist.protocol import wire
+from inferris_dist.scheduler import group as group_module
+from inferris_dist.scheduler.members import _resource_hint
 
 pytestmark = pytest.mark.timeout(60)
 

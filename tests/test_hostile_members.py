@@ -17,9 +17,9 @@ import pytest
 import zmq
 from external import GOLDEN, Scheduler, start_worker
 
-from inferris_dist import wire
-from inferris_dist.keys import ClientKeys
-from inferris_dist.wire import MsgType
+from inferris_dist.protocol import wire
+from inferris_dist.protocol.keys import ClientKeys
+from inferris_dist.protocol.wire import MsgType
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -33,9 +33,9 @@ from pathlib import Path
 import pytest
 from external import GOLDEN
 
-from engine import WorkloadError
-from inferris_dist.cmd_inspect import JSON_HELP, run_inspect
-from inferris_dist.render import Style, human_bytes
+from inferris_dist.cli.cmd_inspect import JSON_HELP, run_inspect
+from inferris_dist.cli.render import Style, human_bytes
+from inferris_dist.engine import WorkloadError
 
 pytestmark = pytest.mark.timeout(60)
 

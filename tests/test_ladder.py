@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import inferris_dist
-from engine import Engine, load_workload, trace_dicts
-from engine.rungs import NAMES, RUNGS
-from inferris_dist import cli
-from inferris_dist.cmd_ladder import climb
+from inferris_dist.cli import main as cli
+from inferris_dist.cli.cmd_ladder import climb
+from inferris_dist.engine import Engine, load_workload, trace_dicts
+from inferris_dist.engine.rungs import NAMES, RUNGS
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -30,10 +30,18 @@ from external import GOLDEN, cli
 from procs import all_gone, gone
 
 import inferris_dist
-from engine import Engine, EngineError, ExecutionPlan, LocalGroup, PlanItem, load_workload, run_workload
-from inferris_dist import wire
-from inferris_dist.wire import MsgType, to_jsonable
-from inferris_dist.workload_source import DEMO
+from inferris_dist.cli.workload_source import DEMO
+from inferris_dist.engine import (
+    Engine,
+    EngineError,
+    ExecutionPlan,
+    LocalGroup,
+    PlanItem,
+    load_workload,
+    run_workload,
+)
+from inferris_dist.protocol import wire
+from inferris_dist.protocol.wire import MsgType, to_jsonable
 
 pytestmark = pytest.mark.timeout(120)   # every test here, one bound
 
@@ -98,7 +106,7 @@ def kill_leftover_workers(pids) -> None:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"inferris_dist.worker" in cmdline and not gone(pid):
+        if b"inferris_dist.rank" in cmdline and not gone(pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -431,7 +439,7 @@ def test_audit_catches_a_dropped_write_human():
 # -- 9. a worker without the secret ------------------------------------------------------------
 
 def test_worker_without_secret_exits_with_one_clear_line():
-    proc = subprocess.run([sys.executable, "-m", "inferris_dist.worker", "--rank", "0",
+    proc = subprocess.run([sys.executable, "-m", "inferris_dist.rank", "--rank", "0",
                            "--world-size", "1", "--connect", "tcp://127.0.0.1:1",
                            "--parent-pid", str(os.getpid())],
                           input="", capture_output=True, text=True, cwd=REPO, env=ENV, timeout=20)

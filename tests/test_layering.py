@@ -1,10 +1,16 @@
-"""The shape of the house (ARCHITECTURE.md), checked by imports:
+"""The shape of the house (docs/ARCHITECTURE.md), checked by imports, as rules over package
+prefixes (every module, every import, those inside functions too):
 
-- `engine` imports neither `inferris_dist` nor `launcher` (and no third-party package);
-- `launcher` imports nothing of ours;
-- a rank worker loads the rank executor and the wire codec, and nothing of the control plane
-  (no scheduler, residency, caching, step loop, recovery, launcher), checked on a freshly
-  started worker process.
+    engine            the standard library only
+    launcher          nothing of ours
+    protocol          engine, and itself
+    rank              protocol and engine (a rank loads nothing of the control plane)
+    observe           protocol and engine
+    scheduler         protocol, observe, engine, launcher
+    cli               anything
+
+so no arrow runs back up and there is no circle between the parts. A freshly started worker
+is checked too: it loads the rank executor and the wire codec, nothing of the control plane.
 """
 from __future__ import annotations
 
@@ -19,54 +25,112 @@ import pytest
 pytestmark = pytest.mark.timeout(60)
 
 REPO = Path(__file__).resolve().parent.parent
-OURS = {"engine", "inferris_dist", "launcher"}
 STDLIB = set(sys.stdlib_module_names)
+THIRD_PARTY = {"zmq", "msgpack"}
+PARTS = {   # a part -> the parts it may import (besides itself, the stdlib and THIRD_PARTY)
+    "engine": set(),
+    "launcher": set(),
+    "protocol": {"engine"},
+    "rank": {"protocol", "engine"},
+    "observe": {"protocol", "engine"},
+    "scheduler": {"protocol", "observe", "engine", "launcher"},
+    "cli": {"protocol", "rank", "observe", "scheduler", "engine", "launcher", "notes"},
+    "top": {"scheduler"},          # inferris_dist/__init__.py: lazy names for the library
+}
 
 
-def imports_of(package: str) -> dict[str, set[str]]:
-    """Module -> the top-level packages it imports (absolute imports only; relative stay inside)."""
+def part_of_module(module: str) -> str | None:
+    """`inferris_dist.scheduler.group` -> scheduler; `inferris_dist.engine.x` -> engine."""
+    names = module.split(".")
+    if names[0] != "inferris_dist":
+        return None
+    return names[1] if len(names) > 1 else "top"
+
+
+def modules() -> dict[str, tuple[str, Path]]:
+    """Every module of ours: dotted name -> (part, file)."""
     out = {}
-    for path in sorted((REPO / package).glob("*.py")):
-        names = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names |= {a.name.split(".")[0] for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names.add(node.module.split(".")[0])
-        out[f"{package}/{path.name}"] = names
+    for folder, prefix in ((REPO / "engine", "inferris_dist.engine"),
+                           (REPO / "launcher", "inferris_dist.launcher"),
+                           (REPO / "inferris_dist", "inferris_dist")):
+        for path in sorted(folder.rglob("*.py")):
+            rel = path.relative_to(folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            name = ".".join([prefix, *parts])
+            out[name] = (part_of_module(name), path)
     return out
 
 
-def test_engine_imports_nothing_but_the_standard_library():
-    for module, names in imports_of("engine").items():
-        assert names <= STDLIB, f"{module} imports {sorted(names - STDLIB)}"
+def imports_of(name: str, path: Path) -> set[str]:
+    """The absolute names a module imports (relative imports resolved against its package)."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            found |= {f"{target}.{a.name}" for a in node.names}   # `from pkg import module`
+    return found
 
 
-def test_launcher_imports_nothing_of_ours():
-    for module, names in imports_of("launcher").items():
-        assert not names & OURS, f"{module} imports {sorted(names & OURS)}"
+def test_every_part_imports_only_what_it_may():
+    ours = modules()
+    assert {part for part, _ in ours.values()} >= set(PARTS) - {"top"}, "a part is missing"
+    wrong = []
+    for name, (part, path) in ours.items():
+        for target in imports_of(name, path):
+            top = target.split(".")[0]
+            if top in ("engine", "launcher"):
+                wrong.append(f"{name} imports {target}: the installed name is inferris_dist.{target}")
+            elif top == "inferris_dist":
+                other = part_of_module(target)
+                if other != part and other not in PARTS[part] and target in ours or (
+                        other != part and other not in PARTS[part] and other in PARTS):
+                    wrong.append(f"{name} ({part}) imports {target} ({other})")
+            elif part == "engine" and top not in STDLIB:
+                wrong.append(f"{name} imports {target}: the engine uses the standard library only")
+            elif part not in ("engine",) and top not in STDLIB | THIRD_PARTY | {"__future__"}:
+                wrong.append(f"{name} imports {target}: not a dependency of ours")
+    assert not wrong, "\n".join(wrong)
 
 
-CONTROL_PLANE = {"engine.step", "engine.scheduler", "engine.residency", "engine.caching",
-                 "engine.prefix", "engine.pool", "engine.workload", "engine.speculation",
-                 "engine.boundary", "inferris_dist.group", "inferris_dist.channel",
-                 "inferris_dist.recovery", "inferris_dist.entry", "inferris_dist.cli",
-                 "inferris_dist.handshake", "inferris_dist.members", "inferris_dist.cmd_launch",
-                 "inferris_dist.render", "launcher", "launcher.process", "launcher.template"}
+def test_the_rule_finds_an_arrow_running_back_up(tmp_path, monkeypatch):
+    """The check has been seen to fail: a rank module importing the scheduler is caught."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from inferris_dist.scheduler.group import ProcessGroup\n")
+    found = imports_of("inferris_dist.rank.bad", bad)
+    assert "inferris_dist.scheduler.group" in found
+    assert part_of_module("inferris_dist.scheduler.group") not in PARTS["rank"]
+
+
+CONTROL_PLANE = {"inferris_dist.engine.step", "inferris_dist.engine.scheduler",
+                 "inferris_dist.engine.residency", "inferris_dist.engine.caching",
+                 "inferris_dist.engine.prefix", "inferris_dist.engine.pool",
+                 "inferris_dist.engine.workload", "inferris_dist.engine.speculation",
+                 "inferris_dist.engine.boundary"}
 
 
 def test_a_fresh_worker_loads_only_what_a_rank_needs():
     probe = ("import json, sys\n"
-             "import inferris_dist.worker\n"
-             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
-             "('engine', 'inferris_dist', 'launcher'))))\n")
+             "import inferris_dist.rank.cli\n"
+             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'inferris_dist')))\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30,
                           cwd=REPO)
     assert done.returncode == 0, done.stderr
     loaded = set(json.loads(done.stdout))
-    assert {"engine.rank", "engine.shard", "engine.messages", "inferris_dist.wire"} <= loaded
+    assert {"inferris_dist.engine.rank", "inferris_dist.engine.shard", "inferris_dist.engine.messages",
+            "inferris_dist.protocol.wire"} <= loaded
+    sides = {part_of_module(m) for m in loaded} - {"top"}
+    assert sides <= {"rank", "protocol", "engine"}, f"a worker loads {sorted(sides)}"
     assert not loaded & CONTROL_PLANE, f"a worker loads the control plane: {sorted(loaded & CONTROL_PLANE)}"
     assert not any(m.startswith("asyncio") for m in json.loads(subprocess.run(
         [sys.executable, "-c",
-         "import json, sys, inferris_dist.worker; print(json.dumps(list(sys.modules)))"],
+         "import json, sys, inferris_dist.rank.worker; print(json.dumps(list(sys.modules)))"],
         capture_output=True, text=True, timeout=30, cwd=REPO).stdout))

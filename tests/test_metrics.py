@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from external import GOLDEN, cli
 
-from engine import CACHE, Engine, EngineError, load_workload
-from engine.rungs import NAMES as RUNG_NAMES
-from inferris_dist.metrics import COUNTERS, Metrics, step_counters
+from inferris_dist.engine import CACHE, Engine, EngineError, load_workload
+from inferris_dist.engine.rungs import NAMES as RUNG_NAMES
+from inferris_dist.observe.metrics import COUNTERS, Metrics, step_counters
 
 pytestmark = pytest.mark.timeout(120)
 

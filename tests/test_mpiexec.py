@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from external import CLI, ENV, Scheduler, run_json, stop_all
 
-from inferris_dist.keys import write_keys
+from inferris_dist.protocol.keys import write_keys
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -44,14 +44,14 @@ def test_the_readme_example_workload_runs(tmp_path):
 
 
 def test_every_key_of_the_engine_is_documented_in_the_readme_and_in_run_help():
-    from engine.workload import ENGINE_KEYS, REQUEST_KEYS, TOP_KEYS
+    from inferris_dist.engine.workload import ENGINE_KEYS, REQUEST_KEYS, TOP_KEYS
     table = README.split("### The workload format", 1)[1].split("\n\n## ", 1)[0]
     helptext = cli("run", "--help").stdout
     for key in (*ENGINE_KEYS, *REQUEST_KEYS, "faults"):
         assert f"`{key}`" in table, key
         assert key in helptext, key
     assert set(TOP_KEYS) == {"engine", "requests", "faults"}
-    from inferris_dist.faults import KINDS
+    from inferris_dist.protocol.faults import KINDS
     assert all(kind in helptext for kind in KINDS)
 
 

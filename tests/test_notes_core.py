@@ -18,8 +18,8 @@ from external import CLI, ENV, GOLDEN
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import engine
-from engine import (
+from inferris_dist import engine
+from inferris_dist.engine import (
     Engine,
     EngineError,
     Irreducible,

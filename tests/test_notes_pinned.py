@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from external import CLI, ENV
 
-from inferris_dist.mechanisms import MECHANISMS
+from inferris_dist.cli.mechanisms import MECHANISMS
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from invariants import check_invariants
 
 import inferris_dist
-from engine import (
+from inferris_dist.engine import (
     CACHE,
     BoundaryViolation,
     Engine,
@@ -37,13 +37,13 @@ from engine import (
     trace_objects,
     verdict,
 )
-from engine.boundary import validate
-from engine.messages import expand_placements
-from engine.pool import pages_needed
-from engine.prefix import ROOT_KEY, KeyTable, RadixCache
-from engine.rungs import CACHE_FIELDS
-from engine.shard import first_mismatch
-from engine.workload import Workload
+from inferris_dist.engine.boundary import validate
+from inferris_dist.engine.messages import expand_placements
+from inferris_dist.engine.pool import pages_needed
+from inferris_dist.engine.prefix import ROOT_KEY, KeyTable, RadixCache
+from inferris_dist.engine.rungs import CACHE_FIELDS
+from inferris_dist.engine.shard import first_mismatch
+from inferris_dist.engine.workload import Workload
 
 pytestmark = pytest.mark.timeout(60)
 

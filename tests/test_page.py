@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 from external import CLI, ENV, REPO
 
-from inferris_dist import page as page_module
-from inferris_dist.page import LogReader, build_page, write_page
+from inferris_dist.cli import page as page_module
+from inferris_dist.cli.page import LogReader, build_page, write_page
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,8 +1,8 @@
 """The page pool and page slots (SPEC §2): free list order, pages_needed, SlotStore, first_mismatch."""
 import pytest
 
-from engine import CACHE, Engine, PagePool, pages_needed
-from engine.shard import SlotStore, first_mismatch
+from inferris_dist.engine import CACHE, Engine, PagePool, pages_needed
+from inferris_dist.engine.shard import SlotStore, first_mismatch
 
 # -- free list --------------------------------------------------------------------------------
 
@@ -188,7 +188,7 @@ def test_slot_store_matches_a_per_slot_model_under_random_writes():
     one layer per (writer, base), and the shard audit sees no difference where there is none."""
     import random
 
-    from engine.shard import SlotStore, first_mismatch
+    from inferris_dist.engine.shard import SlotStore, first_mismatch
     for trial in range(1500):
         rng = random.Random(trial)
         ps, n = rng.randint(1, 6), 3

@@ -1,5 +1,5 @@
 """Prefix keys and the radix cache (SPEC §2)."""
-from engine.prefix import ROOT_KEY, KeyTable, RadixCache
+from inferris_dist.engine.prefix import ROOT_KEY, KeyTable, RadixCache
 
 # -- KeyTable --------------------------------------------------------------------------------
 
@@ -173,7 +173,7 @@ def test_eviction_order_stays_tree_order_through_relabelling(monkeypatch):
     """
     import random
 
-    from engine import prefix
+    from inferris_dist.engine import prefix
 
     def tour(cache):
         """The tokens of the linked list, checked against the tree's own Euler tour."""

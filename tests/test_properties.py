@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from invariants import check_invariants
 from naive_reference import naive_run
 
-from engine import Engine, EngineError, LocalGroup, load_workload, run_workload
+from inferris_dist.engine import Engine, EngineError, LocalGroup, load_workload, run_workload
 
 TOKEN_POOL = st.integers(min_value=0, max_value=3)
 

@@ -4,11 +4,20 @@ import json
 import pytest
 from external import GOLDEN
 
-from engine import CACHE, Engine, Irreducible, OutOfPages, PagePool, State, load_workload, run_workload
-from engine.prefix import RadixCache
-from engine.request import Request
-from engine.residency import Holders, make_resident
-from engine.workload import RequestSpec
+from inferris_dist.engine import (
+    CACHE,
+    Engine,
+    Irreducible,
+    OutOfPages,
+    PagePool,
+    State,
+    load_workload,
+    run_workload,
+)
+from inferris_dist.engine.prefix import RadixCache
+from inferris_dist.engine.request import Request
+from inferris_dist.engine.residency import Holders, make_resident
+from inferris_dist.engine.workload import RequestSpec
 
 
 def make_request(index, rid, prompt=4):

@@ -22,7 +22,7 @@ import pytest
 from external import CLI, ENV, Lines, long_spec, run_json
 from procs import wait_until
 
-from launcher import rundir
+from inferris_dist.launcher import rundir
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -31,7 +31,7 @@ PY = sys.executable
 
 
 def demo():
-    from engine import load_workload
+    from inferris_dist.engine import load_workload
     return load_workload(REPO / "tests" / "data" / "golden" / "demo.spec.json").with_config(world_size=2)
 
 
@@ -151,7 +151,7 @@ def test_a_launch_under_a_long_tmpdir_listens_on_no_tcp_port(tmp_path, procs):
 
 
 def test_a_process_group_under_a_long_tmpdir_binds_a_short_private_socket(tmp_path, monkeypatch):
-    from inferris_dist.group import ProcessGroup
+    from inferris_dist.scheduler.group import ProcessGroup
     monkeypatch.setattr(tempfile, "tempdir", str(long_dir(tmp_path)))
     workload = demo()
     with ProcessGroup(workload, 2) as group:
@@ -167,8 +167,8 @@ def test_a_process_group_under_a_long_tmpdir_binds_a_short_private_socket(tmp_pa
 
 def test_without_a_short_private_place_the_launch_refuses_in_one_line(tmp_path):
     tmpdir = long_dir(tmp_path)
-    script = ("import sys; import launcher.rundir as r; r.short_roots = lambda: []; "
-              "from inferris_dist.cli import main; sys.exit(main(sys.argv[1:]))")
+    script = ("import sys; import inferris_dist.launcher.rundir as r; r.short_roots = lambda: []; "
+              "from inferris_dist.cli.main import main; sys.exit(main(sys.argv[1:]))")
     for extra in ([], ["--json"]):
         done = subprocess.run([PY, "-c", script, "launch", "--world-size", "2", *extra],
                               env={**ENV, "TMPDIR": str(tmpdir)}, cwd=REPO, capture_output=True,
@@ -209,7 +209,7 @@ def test_short_private_directories_are_checked(tmp_path):
 
 # -- 2. liveness is a lock, not a pid ------------------------------------------------------------
 
-SWEEP = "import sys; from launcher.rundir import sweep_stale; print(sweep_stale(sys.argv[1]))"
+SWEEP = "import sys; from inferris_dist.launcher.rundir import sweep_stale; print(sweep_stale(sys.argv[1]))"
 
 
 def sweep_in_new_pid_namespace(root: Path) -> subprocess.CompletedProcess:
@@ -239,7 +239,7 @@ def test_a_live_runs_directory_survives_a_sweep_from_another_pid_namespace(tmp_p
 
 
 def test_a_live_process_groups_directory_survives_it_too(tmp_path, monkeypatch):
-    from inferris_dist.group import ProcessGroup
+    from inferris_dist.scheduler.group import ProcessGroup
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     workload = demo()
     with ProcessGroup(workload, 2) as group:
@@ -252,7 +252,7 @@ def test_a_live_process_groups_directory_survives_it_too(tmp_path, monkeypatch):
 
 def test_a_directory_whose_holder_was_killed_is_swept(tmp_path):
     holder = subprocess.Popen(
-        [PY, "-c", "import time; from launcher.rundir import make_run_dir; "
+        [PY, "-c", "import time; from inferris_dist.launcher.rundir import make_run_dir; "
                    "print(make_run_dir(), flush=True); time.sleep(60)"],
         cwd=REPO, env={**ENV, "TMPDIR": str(tmp_path)}, stdout=subprocess.PIPE, text=True)
     try:
@@ -271,7 +271,7 @@ def test_a_directory_whose_holder_was_killed_is_swept(tmp_path):
 def test_no_worker_or_template_holds_the_runs_lock(tmp_path, monkeypatch, use_template):
     """flock locks belong to the open file: a worker or template that inherited the lock's fd
     would keep a dead scheduler's directory locked. Only the scheduler holds it."""
-    from inferris_dist.group import ProcessGroup
+    from inferris_dist.scheduler.group import ProcessGroup
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     workload = demo()
     with ProcessGroup(workload, 2, use_template=use_template) as group:

@@ -2,11 +2,11 @@
 
 Every expected value below is worked out by hand from SPEC.md.
 """
-import engine
-from engine import Engine, State, run_workload
-from engine.request import Request
-from engine.scheduler import Scheduler
-from engine.workload import RequestSpec
+from inferris_dist import engine
+from inferris_dist.engine import Engine, State, run_workload
+from inferris_dist.engine.request import Request
+from inferris_dist.engine.scheduler import Scheduler
+from inferris_dist.engine.workload import RequestSpec
 
 
 def steps_of(lines):

@@ -17,8 +17,8 @@ import pytest
 from procs import all_gone, gone
 
 import inferris_dist
-from engine import load_workload, run_workload, trace_dicts
-from launcher import Template, fork_workers, stop_workers
+from inferris_dist.engine import load_workload, run_workload, trace_dicts
+from inferris_dist.launcher import Template, fork_workers, stop_workers
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -61,8 +61,8 @@ def test_the_template_and_its_children_die_with_the_scheduler(tmp_path):
         import sys, time
         sys.path.insert(0, {str(REPO)!r})
         from pathlib import Path
-        from launcher import Template, fork_workers
-        t = Template("inferris_dist.worker", Path({str(tmp_path)!r}))
+        from inferris_dist.launcher import Template, fork_workers
+        t = Template("inferris_dist.rank.cli", Path({str(tmp_path)!r}))
         t.start()
         # workers that wait for a scheduler that never answers (their parent is the template)
         ws = fork_workers(t, lambda r: ["--rank", str(r), "--world-size", "2", "--connect",

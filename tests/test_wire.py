@@ -24,7 +24,7 @@ from external import GOLDEN
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import (
+from inferris_dist.engine import (
     Engine,
     EngineError,
     ExecutionPlan,
@@ -33,9 +33,9 @@ from engine import (
     accept_scripts,
     load_workload,
 )
-from engine.shard import SlotStore
-from inferris_dist import wire
-from inferris_dist.wire import MsgType, WireError
+from inferris_dist.engine.shard import SlotStore
+from inferris_dist.protocol import wire
+from inferris_dist.protocol.wire import MsgType, WireError
 
 pytestmark = pytest.mark.timeout(30)   # every test here, one bound
 

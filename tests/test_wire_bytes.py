@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.messages import ExecutionPlan, ItemOutcome, PlanItem
-from inferris_dist import wire
-from inferris_dist.wire import MsgType
+from inferris_dist.engine.messages import ExecutionPlan, ItemOutcome, PlanItem
+from inferris_dist.protocol import wire
+from inferris_dist.protocol.wire import MsgType
 
 pytestmark = pytest.mark.timeout(30)
 

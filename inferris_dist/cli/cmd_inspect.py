@@ -1,0 +1,579 @@
+"""`inferris-dist inspect WIRELOG [--step K] [--json]`: a wire log read back, step by step.
+
+A wire log (`launch --wire-log`) holds one JSON line per message that crossed the boundary
+and one per event (a rank lost, a restart, a note). Without --step: one line per attempt at
+a step (step, epoch, plan items and bytes, result bytes, verdict), the events where they
+happened, and the totals. With --step K: each attempt's plan item by item, every rank's
+result (those of a failed attempt too, when the log holds them) and the join. The file is
+streamed: the summary keeps one small record per attempt, --step only that step's lines, so
+a long run costs memory per step, not per message.
+
+The log is read as input from outside. It must be a regular file (a fifo, a device or a
+socket is refused before a byte is read); a line is at most 16 MB and holds at most 2**20
+objects and arrays; every field inspect uses is checked, type and range (a rank is below
+4096), and a record that fails is refused naming its line. A last line cut short (the disk
+filled up) is left out with one note, the rest shown; any other bad line refuses the log,
+nothing printed, one line on stderr, exit status 2. Events inspect does not know are skipped.
+
+--json: one JSON object per line, "record" first (what it is); nothing else is printed.
+  Without --step, in the log's order:
+    {"record": "attempt", "step": S, "epoch": E, "items": N, "plan_bytes": B,
+     "ranks": [R, ...], "result_bytes": [B or null, ...], "verdict": V, "message": M or null}
+        one per (step, epoch) attempt. "ranks": those the plan went to or that answered;
+        "result_bytes": the size of each one's RESULT, null where the log holds none;
+        "verdict": "joined", what failed it ("GroupViolation", "rank 2 lost (died)") or
+        "no answer in the log"; "message": the failure's own words.
+    {"record": "event", "event": NAME, FIELD: VALUE, ...}
+        one per event, where it happened, with these fields only:
+        rank-lost    rank (null: every rank), ranks, step (null: start-up), epoch, reason, message
+        step-failed  kind, ranks, step, epoch, message
+        audit-failed rank, step, epoch, message
+        restart      ranks, epoch, step, shard_pages
+        note         rank, epoch, text
+        idle         first, last, text (steps first..last ran without a round trip)
+        turned-away  messages, connections (counts by peer)
+    {"record": "truncated", "line": N}   the last line, cut short, left out (if so)
+    {"record": "totals", "messages": N, "bytes_out": B, "bytes_in": B, "steps": N,
+     "attempts": N, "ranks": N}   always last
+  With --step K: the idle event holding K, if any; then per attempt at K:
+    {"record": "plan", "step": K, "epoch": E, "bytes": B, "ranks": [R, ...], "items": N}
+    {"record": "item", "step": K, "epoch": E, "index": I, "request_id": ID, "start_position": P,
+     "num_tokens": N, "draft_len": D, "decode": true|false, "verdict_index": V,
+     "placements": [PAGE, ...]}   one per plan item
+    {"record": "result", "step": K, "epoch": E, "rank": R, "bytes": B or null,
+     "outcomes": [{"request_id", "start_position", "executed_tokens", "accepted", "writes"},
+     ...] or null, "undecodable": TEXT or null, "inside": [4 numbers] or null}
+        one per rank; null "bytes" and "outcomes": no RESULT of that rank in the log
+    {"record": "join", "step": K, "epoch": E, "verdict": V, "message": M or null}
+    {"record": "event", ...}   the attempt's other events, as above
+  and last, {"record": "truncated", "line": N} if the last line was cut short.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import stat
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, TextIO
+
+from inferris_dist.cli.args import EXIT_OK
+from inferris_dist.cli.render import STEP_WIDTH, Style, human_bytes, shown
+from inferris_dist.engine import WorkloadError
+from inferris_dist.protocol.placement import MAX_WORLD_SIZE
+
+JSON_HELP = __doc__[__doc__.index("--json:"):]      # the shapes, for `inspect --help`
+PAD = " " * (STEP_WIDTH + 2)     # event lines sit under the figures, as in launch's output
+MAX_LINE_BYTES = 16 << 20        # a longer line is refused, never read whole
+MAX_NESTED = 1 << 20             # objects and arrays in one line: what parsing it may cost
+MAX_RANKS = MAX_WORLD_SIZE       # a rank read from the log is below this, or the log is refused
+MAX_INT = (1 << 63) - 1          # any other number
+
+
+def run_inspect(path: str, step: int | None, out: TextIO, style: Style, as_json: bool = False) -> int:
+    log = Reader(path, step).read()
+    if as_json:
+        lines = [json.dumps(o) for o in (_summary_objects(log) if step is None else _step_objects(log))]
+    else:
+        lines = _summary(log, style) if step is None else _one_step(log, style)
+    out.write("".join(line + "\n" for line in lines))     # all read before a word is printed
+    return EXIT_OK
+
+
+# -- reading: one line naming the file for anything that is not a wire log ---------------
+
+class Malformed(Exception):
+    """What is wrong with one record; the reader names the file and the line."""
+
+
+Check = tuple[Callable[[Any], bool], str]     # a field's test, and what it must be, in words
+
+
+def _open(path: str):
+    """The log, opened for reading only if it is a regular file: a fifo would block the open
+    (or the read) for ever, a device (/dev/zero) never ends."""
+    name = shown(str(path))
+    try:
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not stat.S_ISREG(st.st_mode):
+            raise WorkloadError(f"inspect {name}: not a regular file ({_kind(st.st_mode)})")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:                                   # swapped between the stat and the open?
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise WorkloadError(f"inspect {name}: not a regular file ({_kind(st.st_mode)})")
+            return os.fdopen(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
+    except OSError as e:
+        raise WorkloadError(f"inspect {name}: {e.strerror or e}") from None
+
+
+def _kind(mode: int) -> str:
+    return ("a directory" if stat.S_ISDIR(mode) else "a fifo" if stat.S_ISFIFO(mode)
+            else "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a file")
+
+
+def _records(path: str) -> Iterator[tuple[int, dict | None]]:
+    """(line number, record) for each record of the log, checked (unknown events left out);
+    (n, None) last when line n, the last, was cut short."""
+    name = shown(str(path))
+    f = _open(path)
+    with f:
+        n = 0
+        while True:
+            try:
+                raw = f.readline(MAX_LINE_BYTES + 1)      # never more than one line's worth
+            except OSError as e:
+                raise WorkloadError(f"inspect {name}: {e.strerror or e}") from None
+            if not raw:
+                return
+            n += 1
+            whole = raw.endswith(b"\n")
+            if not raw.strip():
+                continue
+            if raw.lstrip()[:1] not in (b"{", b"["):
+                raise WorkloadError(f"{name} line {n}: not JSON")       # without reading on
+            if not whole and len(raw) > MAX_LINE_BYTES:
+                raise WorkloadError(f"{name} line {n}: longer than {MAX_LINE_BYTES >> 20} MB")
+            if raw.count(b"{") + raw.count(b"[") > MAX_NESTED:
+                raise WorkloadError(f"{name} line {n}: more than {MAX_NESTED} objects and arrays")
+            try:
+                # A valid log is ASCII (json.dumps escapes the rest); a stray byte must not be a traceback.
+                obj = json.loads(raw.decode("utf-8", errors="replace"))
+            except (ValueError, RecursionError):
+                if not whole:                  # the last line, cut short: the rest stands
+                    yield n, None
+                    return
+                raise WorkloadError(f"{name} line {n}: not JSON") from None
+            except MemoryError:                # what is left of a small address space, say
+                raise WorkloadError(f"{name} line {n}: too large to read in this much memory") from None
+            del raw
+            try:
+                record = _record(obj)
+            except Malformed as e:
+                raise WorkloadError(f"{name} line {n}: {e}") from None
+            if record is not None:
+                yield n, record
+
+
+def _record(obj: Any) -> dict | None:
+    """A message or a known event, as far as inspect uses it, checked; None: an event
+    inspect does not know."""
+    if isinstance(obj, dict) and "event" in obj and isinstance(obj["event"], str):
+        kind = obj["event"]
+        return None if kind not in EVENTS else {"event": kind, **_checked(obj, EVENTS[kind], f"{kind} event")}
+    if not isinstance(obj, dict) or "event" in obj or not ("dir" in obj or "type" in obj):
+        raise Malformed("neither a wire message nor an event")
+    kind = obj.get("type")
+    kind = shown(kind) if isinstance(kind, str) and len(kind) <= 32 else "wire"   # an error stays short
+    msg = _checked(obj, MESSAGE, f"{kind} message")
+    if msg["type"] == "PLAN":
+        body = obj.get("body")
+        if not isinstance(body, dict) or not isinstance(body.get("items"), list):
+            raise Malformed("PLAN message: body must be an object with a list of items")
+        msg["items"] = [_checked(it, ITEM, f"PLAN item {i}") for i, it in enumerate(body["items"])]
+    elif msg["type"] == "RESULT":
+        msg["result"] = _result(obj)
+    return msg
+
+
+def _result(obj: dict) -> "Result":
+    body, inside = obj.get("body"), obj.get("inside")
+    if inside is not None and not (isinstance(inside, list) and len(inside) == 4
+                                   and all(type(x) in (int, float) and math.isfinite(x) for x in inside)):
+        raise Malformed("RESULT message: inside must be a list of 4 numbers")
+    if isinstance(body, dict) and set(body) == {"undecodable"} and isinstance(body["undecodable"], str):
+        return Result(obj["bytes"], None, body["undecodable"], inside)
+    if not isinstance(body, list):
+        raise Malformed('RESULT message: body must be a list of outcomes or {"undecodable": TEXT}')
+    return Result(obj["bytes"], [_checked(o, OUTCOME, f"RESULT outcome {i}") for i, o in enumerate(body)],
+                  None, inside)
+
+
+def _checked(obj: Any, fields: dict[str, Check], what: str) -> dict:
+    """The `fields` of `obj`, each checked; a new dict of those only, in that order."""
+    if not isinstance(obj, dict):
+        raise Malformed(f"{what} must be an object")
+    got = {}
+    for key, (ok, must) in fields.items():
+        if key not in obj:
+            raise Malformed(f"{what}: no {key}")
+        if not ok(obj[key]):
+            raise Malformed(f"{what}: {key} must be {must}")
+        got[key] = obj[key]
+    return got
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int and -MAX_INT <= v <= MAX_INT     # JSON gives no int subclass but bool
+
+
+def _is_count(v: Any) -> bool:
+    return type(v) is int and 0 <= v <= MAX_INT
+
+
+def _is_rank(v: Any) -> bool:
+    return type(v) is int and 0 <= v < MAX_RANKS
+
+
+def _ints_within(v: Any, low: int, high: int) -> bool:
+    """v is a list of whole numbers in low..high (checked at C speed: a log has millions)."""
+    return isinstance(v, list) and (not v or set(map(type, v)) == {int} and low <= min(v) and max(v) <= high)
+
+
+def _maybe(check: Check) -> Check:
+    return (lambda v: v is None or check[0](v)), f"{check[1]} or null"
+
+
+INT: Check = (_is_int, "a whole number")
+COUNT: Check = (_is_count, "a whole number >= 0")
+RANK: Check = (_is_rank, f"a rank, 0..{MAX_RANKS - 1}")
+TEXT: Check = (lambda v: isinstance(v, str), "a string")
+FLAG: Check = (lambda v: type(v) is bool, "true or false")
+PAGES: Check = (lambda v: _ints_within(v, 0, MAX_INT), "a list of page numbers")
+RANKS: Check = (lambda v: isinstance(v, list) and len(v) <= MAX_RANKS and _ints_within(v, 0, MAX_RANKS - 1),
+                f"a list of ranks, 0..{MAX_RANKS - 1}")
+COUNTS: Check = (lambda v: isinstance(v, dict) and all(map(_is_count, v.values())),
+                 "an object of counts")
+
+MESSAGE = {"dir": ((lambda v: v in ("in", "out")), '"in" or "out"'), "rank": RANK, "epoch": INT,
+           "step": INT, "type": TEXT, "bytes": COUNT}
+ITEM = {"request_id": TEXT, "start_position": INT, "num_tokens": INT, "draft_len": INT, "decode": FLAG,
+        "verdict_index": INT, "placements": PAGES}
+OUTCOME = {"request_id": TEXT, "start_position": INT, "executed_tokens": INT, "accepted": INT,
+           "writes": PAGES}
+EVENTS = {  # the events inspect shows, and the fields it uses of each; the others are skipped
+    "rank-lost": {"rank": _maybe(RANK), "ranks": RANKS, "step": _maybe(INT), "epoch": INT,
+                  "reason": TEXT, "message": TEXT},
+    "step-failed": {"kind": TEXT, "ranks": RANKS, "step": INT, "epoch": INT, "message": TEXT},
+    "audit-failed": {"rank": RANK, "step": INT, "epoch": INT, "message": TEXT},
+    "restart": {"ranks": RANKS, "epoch": INT, "step": INT, "shard_pages": COUNT},
+    "note": {"rank": _maybe(RANK), "epoch": INT, "text": TEXT},
+    "idle": {"first": INT, "last": INT, "text": TEXT},
+    "turned-away": {"messages": COUNTS, "connections": COUNTS},
+}
+
+
+# -- saying it ------------------------------------------------------------------------------
+
+def _txt(v: Any) -> str:
+    """Any value from the log as safe text: strings escaped, page lists joined."""
+    if isinstance(v, str):
+        return shown(v)
+    if isinstance(v, list) and all(map(_is_int, v)):
+        return ",".join(map(str, v)) or "-"
+    return shown(json.dumps(v))
+
+
+def _ranks(ranks: list[int]) -> str:
+    if not ranks:
+        return "ranks -"
+    if len(ranks) > 2 and all(b == a + 1 for a, b in zip(ranks, ranks[1:])):   # no list built
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def _event_line(ev: dict, style: Style) -> str:
+    """One event, said once, in the words launch uses for it."""
+    kind, g = ev["event"], ev.get
+    where = ("during start-up" if g("step") is None
+             else f"at step {g('step')}, epoch {g('epoch')}")
+    if kind == "rank-lost":
+        return PAD + style.red(f"! rank lost {where}: {_txt(g('message'))}")
+    if kind == "step-failed":
+        return PAD + style.red(f"! {_txt(g('kind'))} {where}: {_txt(g('message'))}")
+    if kind == "audit-failed":
+        return PAD + style.red(f"! audit failed {where}: {_txt(g('message'))}")
+    if kind == "restart":
+        return PAD + style.yellow(f"restart: {_ranks(g('ranks'))} into epoch {g('epoch')} at step "
+                                  f"{g('step')}, shard of {g('shard_pages')} pages")
+    if kind == "note":
+        return PAD + style.yellow(f"! {_txt(g('text'))}")
+    if kind == "idle":
+        first, last = g("first"), g("last")
+        label = str(first) if first == last else f"{first}-{last}"
+        return f"{label:>{STEP_WIDTH}}  " + style.dim(f"idle: {_txt(g('text'))}")
+    # turned-away
+    counts = [ev["messages"], ev["connections"]]
+    sums = [sum(c.values()) for c in counts]
+    return PAD + style.yellow(f"turned away: {sums[0]} message(s) from {len(counts[0])} peer(s) "
+                              f"holding no rank, {sums[1]} connection(s) refused")
+
+
+def _key(obj: dict) -> tuple[int, int] | None:
+    """(step, epoch) of a message or event, when both are there."""
+    s, e = obj.get("step"), obj.get("epoch")
+    return (s, e) if s is not None and e is not None else None
+
+
+def _lost(ev: dict) -> str:
+    who = "every rank" if ev["rank"] is None else _ranks(ev["ranks"])
+    return f"{who} lost ({ev['reason']})"
+
+
+def _truncated(n: int) -> str:
+    return f"line {n}, the last, is cut short (as by a full disk): left out"
+
+
+@dataclass
+class Result:
+    """One rank's RESULT: its size; in --step, its outcomes (or why they did not decode)."""
+    bytes: int
+    outcomes: list[dict] | None
+    undecodable: str | None = None
+    inside: list | None = None
+
+
+@dataclass
+class Attempt:
+    """One (step, epoch): the plan went out to some ranks; results came back or did not."""
+    step: int
+    epoch: int
+    plan_bytes: int
+    items: list | int                       # the items (--step), or just how many (summary)
+    ranks: set[int] = field(default_factory=set)
+    results: dict[int, Result] = field(default_factory=dict)
+    failed: str = ""                        # what a step-failed or rank-lost event said of it
+    why: str = ""                           # that event's message
+    events: list[dict] = field(default_factory=list)   # its other events (--step)
+
+    def answered(self) -> bool:
+        return bool(self.ranks) and all(r in self.results for r in self.ranks)
+
+    def verdict(self) -> str:
+        # Every rank answered and no event said otherwise: the join went through.
+        return self.failed or ("joined" if self.answered() else "no answer in the log")
+
+    def all_ranks(self) -> list[int]:
+        return sorted(self.ranks | set(self.results))
+
+
+class Reader:
+    """The one pass both views share. The summary (step None) keeps a small record per attempt
+    and its events; --step K keeps only step K's attempts, whole."""
+
+    def __init__(self, path: str, step: int | None):
+        self.path, self.step = path, step
+        self.attempts: dict[tuple[int, int], Attempt] = {}
+        self.rows: list[Attempt | dict] = []      # attempts and events, in the log's order
+        self.current: Attempt | None = None       # the attempt under way: a note is about it
+        self.messages = self.sent = self.received = 0
+        self.ranks: set[int] = set()
+        self.steps: set[int] = set()              # planned (the summary's only: --step needs `last`)
+        self.idle_steps, self.last = 0, -1
+        self.idle: list[dict] = []                # the idle stretch holding step K, if it is one
+        self.truncated: int | None = None         # the number of the last line, cut short
+
+    def read(self) -> "Reader":
+        for n, obj in _records(self.path):
+            if obj is None:
+                self.truncated = n
+            elif "event" in obj:
+                self._event(obj)
+            else:
+                self._message(obj)
+        name = shown(str(self.path))
+        if not self.messages:
+            raise WorkloadError(f"{name}: no messages in the log")
+        if self.step is not None and not self.attempts and not self.idle:
+            known = "no steps" if self.last < 0 else f"steps 0..{self.last}"
+            raise WorkloadError(f"{name}: no step {self.step} in the log ({known})")
+        return self
+
+    def _message(self, msg: dict) -> None:
+        self.messages += 1
+        self.sent += msg["bytes"] if msg["dir"] == "out" else 0
+        self.received += msg["bytes"] if msg["dir"] == "in" else 0
+        self.ranks.add(msg["rank"])
+        if msg["type"] == "PLAN":
+            self.last = max(self.last, msg["step"])
+            if self.step is None:
+                self.steps.add(msg["step"])
+            self.current = self._plan(msg) if self.step in (None, msg["step"]) else None
+        elif msg["type"] == "RESULT" and _key(msg) in self.attempts:
+            result = msg["result"]
+            if self.step is None:                 # the summary needs sizes only
+                result = Result(result.bytes, None)
+            self.attempts[_key(msg)].results[msg["rank"]] = result
+
+    def _plan(self, msg: dict) -> Attempt:
+        a = self.attempts.get(_key(msg))
+        if a is None:                             # every rank gets the same plan bytes: keep one
+            items = msg["items"]
+            a = Attempt(msg["step"], msg["epoch"], msg["bytes"], len(items) if self.step is None else items)
+            self.attempts[_key(msg)] = a
+            self.rows.append(a)
+        a.ranks.add(msg["rank"])
+        return a
+
+    def _event(self, ev: dict) -> None:
+        if ev["event"] == "idle" and ev["first"] <= ev["last"]:
+            first, last = ev["first"], ev["last"]
+            self.idle_steps += last - first + 1
+            self.last = max(self.last, last)
+            if self.step is not None and first <= self.step <= last:
+                self.idle.append(ev)
+        # The verdict of the attempt it names; a rank lost after every rank answered was lost
+        # in the audit that followed: an event, not the verdict.
+        at = self.attempts.get(_key(ev)) if _key(ev) else None
+        if at is not None and (ev["event"] == "step-failed"
+                               or ev["event"] == "rank-lost" and not at.answered()):
+            at.failed = ev["kind"] if ev["event"] == "step-failed" else _lost(ev)   # as in the log
+            at.why = ev["message"]
+            if self.step is not None:
+                return                            # --step says it on the join line
+        if self.step is None:
+            self.rows.append(ev)
+        # Under step K: the events naming step K (a restart names the step it repeats), and
+        # those naming no step (a note) that came while one of step K's attempts was under way.
+        # (An idle stretch is shown only for the steps it holds.)
+        elif self.rows and ev["event"] != "idle" and (
+                ev.get("step") == self.step if ev.get("step") is not None else self.current is not None):
+            self.rows[-1].events.append(ev)
+
+
+# -- the summary: one line per attempt -------------------------------------------------------
+
+def _aligned(header: tuple, rows: list[tuple], right: set[int]):
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+
+    def fmt(row: tuple, strip: bool = True) -> str:
+        line = "  ".join(v.rjust(w) if i in right else v.ljust(w)
+                         for i, (v, w) in enumerate(zip(row, widths)))
+        return line.rstrip() if strip else line
+    return fmt
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def _painted(verdict: str, style: Style, why: str = "") -> str:
+    return (style.green if verdict == "joined" else style.red)(shown(verdict + (f": {why}" if why else "")))
+
+
+def _result_bytes(a: Attempt) -> str:
+    sizes = {r.bytes for r in a.results.values()}
+    if not sizes:
+        return "-"                                # no rank answered: nothing came back
+    if len(sizes) == 1 and len(a.results) == len(a.ranks):
+        return f"{human_bytes(sizes.pop())} each"
+    return " ".join(human_bytes(a.results[r].bytes) if r in a.results else "-" for r in a.all_ranks())
+
+
+def _summary(log: Reader, style: Style) -> list[str]:
+    cells = {id(a): (str(a.step), str(a.epoch), str(a.items),
+                     f"{human_bytes(a.plan_bytes)} x{len(a.ranks)}", _result_bytes(a))
+             for a in log.attempts.values()}
+    header = ("step".rjust(STEP_WIDTH), "epoch", "items", "plan", "result")
+    fmt = _aligned(header, list(cells.values()), {0, 1, 2})
+    lines = [style.dim(fmt(header, strip=False) + "  verdict")]
+    for row in log.rows:
+        if isinstance(row, dict):
+            lines.append(_event_line(row, style))
+            continue
+        lines.append(fmt(cells[id(row)], strip=False) + "  " + _painted(row.verdict(), style))
+    if log.truncated is not None:
+        lines.append(PAD + style.yellow(f"! {_truncated(log.truncated)}"))
+    steps = len(log.steps) + log.idle_steps
+    lines.append(f"{_count(log.messages, 'message')}, {human_bytes(log.sent)} out, "
+                 f"{human_bytes(log.received)} in; {_count(steps, 'step')} in "
+                 f"{_count(len(log.attempts), 'attempt')}; {_count(len(log.ranks), 'rank')}")
+    return lines
+
+
+def _event_object(ev: dict) -> dict:
+    return {"record": "event", **ev}
+
+
+def _summary_objects(log: Reader) -> Iterator[dict]:
+    for row in log.rows:
+        if isinstance(row, dict):
+            yield _event_object(row)
+            continue
+        ranks = row.all_ranks()
+        yield {"record": "attempt", "step": row.step, "epoch": row.epoch, "items": row.items,
+               "plan_bytes": row.plan_bytes, "ranks": ranks,
+               "result_bytes": [row.results[r].bytes if r in row.results else None for r in ranks],
+               "verdict": row.verdict(), "message": row.why or None}
+    if log.truncated is not None:
+        yield {"record": "truncated", "line": log.truncated}
+    yield {"record": "totals", "messages": log.messages, "bytes_out": log.sent, "bytes_in": log.received,
+           "steps": len(log.steps) + log.idle_steps, "attempts": len(log.attempts),
+           "ranks": len(log.ranks)}
+
+
+# -- one step: its plan, every rank's result, the join, per attempt ----------------------------
+
+def _one_step(log: Reader, style: Style) -> list[str]:
+    lines = [_event_line(ev, style) for ev in log.idle]
+    for a in log.attempts.values():
+        plan = f"{_count(len(a.items), 'item')}, {human_bytes(a.plan_bytes)} to {_ranks(sorted(a.ranks))}"
+        lines.append(style.bold(f"step {a.step}, epoch {a.epoch}") + f": plan of {plan}")
+        lines += _plan_table(a.items, style) + _result_table(a, style)
+        lines.append(PAD + "join: " + _painted(a.verdict(), style, a.why))
+        lines += [_event_line(ev, style) for ev in a.events]
+    if log.truncated is not None:
+        lines.append(PAD + style.yellow(f"! {_truncated(log.truncated)}"))
+    return lines
+
+
+def _plan_table(items: list[dict], style: Style) -> list[str]:
+    header = ("item", "request", "start", "tokens", "draft", "decode", "verdict", "pages")
+    rows = [(str(i), _txt(it["request_id"]), str(it["start_position"]), str(it["num_tokens"]),
+             str(it["draft_len"]), "yes" if it["decode"] else "no", str(it["verdict_index"]),
+             _txt(it["placements"])) for i, it in enumerate(items)]
+    fmt = _aligned(header, rows, {0, 2, 3, 4, 6})
+    return [PAD + style.dim(fmt(header))] + [PAD + fmt(r) for r in rows]
+
+
+def _result_table(a: Attempt, style: Style) -> list[str]:
+    """Per rank, per outcome; a rank that answered exactly as the first one did says so."""
+    header = ("rank", "bytes", "request", "start", "ran", "accepted", "writes")
+    if not a.results:
+        return [PAD + "results: none in the log"]
+    rows, free = [], {}                    # free: row index -> text that spans the outcome columns
+    first = min(a.results)
+    for rank in a.all_ranks():
+        r = a.results.get(rank)
+        outcomes = None if r is None else r.outcomes
+        if not outcomes or (rank != first and outcomes == a.results[first].outcomes):
+            free[len(rows)] = ("no result in the log" if r is None
+                               else f"undecodable: {shown(r.undecodable)}" if r.undecodable is not None
+                               else "no outcomes" if not outcomes else f"same as rank {first}")
+            rows.append((str(rank), "-" if r is None else human_bytes(r.bytes)) + ("",) * 5)
+            continue
+        for i, o in enumerate(outcomes):
+            rows.append((str(rank) if i == 0 else "", human_bytes(r.bytes) if i == 0 else "",
+                         _txt(o["request_id"]), str(o["start_position"]), str(o["executed_tokens"]),
+                         str(o["accepted"]), _txt(o["writes"])))
+    fmt = _aligned(header, rows, {0, 1, 3, 4, 5})
+    return [PAD + style.dim(fmt(header))] + [
+        PAD + (fmt(r[:2]) + "  " + free[i] if i in free else fmt(r)) for i, r in enumerate(rows)]
+
+
+def _step_objects(log: Reader) -> Iterator[dict]:
+    for ev in log.idle:
+        yield _event_object(ev)
+    for a in log.attempts.values():
+        at = {"step": a.step, "epoch": a.epoch}
+        yield {"record": "plan", **at, "bytes": a.plan_bytes, "ranks": sorted(a.ranks), "items": len(a.items)}
+        for i, it in enumerate(a.items):
+            yield {"record": "item", **at, "index": i, **it}
+        for rank in a.all_ranks():
+            r = a.results.get(rank)
+            yield {"record": "result", **at, "rank": rank, "bytes": None if r is None else r.bytes,
+                   "outcomes": None if r is None else r.outcomes,
+                   "undecodable": None if r is None else r.undecodable,
+                   "inside": None if r is None else r.inside}
+        yield {"record": "join", **at, "verdict": a.verdict(), "message": a.why or None}
+        for ev in a.events:
+            yield _event_object(ev)
+    if log.truncated is not None:
+        yield {"record": "truncated", "line": log.truncated}

@@ -1,0 +1,438 @@
+"""`inferris-dist launch` and `inferris-dist compare`: the engine on real processes."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import zmq
+
+from inferris_dist.cli import render
+from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK
+from inferris_dist.engine import Engine, EngineError, WorkloadError, trace_dicts
+from inferris_dist.observe.timeline import Timeline
+from inferris_dist.scheduler.channel import MachineFailure, machine_failure
+from inferris_dist.scheduler.entry import LaunchOptions, launch
+
+
+def options_from_args(args, timeline: Timeline | None, log_stream, on_waiting,
+                      name: str = "") -> LaunchOptions:
+    return LaunchOptions(name=name, step_timeout=args.step_timeout, faults=args.fault,
+                         audit_every=args.audit_every, on_rank_loss=args.on_rank_loss,
+                         max_restarts=args.max_restarts, wire_log=log_stream, timeline=timeline,
+                         listen=args.listen, keys=args.keys, join_timeout=args.join_timeout,
+                         rejoin_timeout=args.rejoin_timeout, on_waiting=on_waiting, rung=args.rung)
+
+
+def run_launch(workload, name: str, args) -> int:
+    """`inferris-dist launch`: print every step and what crossed, or `--json` (the bytes of
+    `run --json`); exit 1 with the diagnosis when the ranks fail."""
+    from inferris_dist.observe.metrics import Metrics, MetricsFile, empty_document, error_object, timed
+    as_json = args.json
+    out = sys.stdout
+    style = render.Style.for_stream(out)
+    printer = render.StepPrinter(out, style, args.verbose)
+    num_steps = 0
+    started = time.monotonic()
+    engine = group = None
+    status = EXIT_OK
+    failure = None
+    html = HtmlPage(getattr(args, "html", None), args.wire_log)
+    log_stream = _open_for_writing(html.wire_log, "--wire-log")
+    timeline_stream = _open_for_writing(args.timeline, "--timeline")
+    timeline = Timeline() if timeline_stream is not None else None
+    metrics_path = getattr(args, "metrics", None)
+    metrics_file = MetricsFile(metrics_path) if metrics_path is not None else None
+    metrics = None
+
+    def metrics_document(problem, escaping) -> dict:
+        """What there is, and what ended the run (a failure, an output the machine refused,
+        an interrupt on its way out)."""
+        ended = failure or problem
+        error = (ended.to_json() if ended is not None else None if escaping is None
+                 else error_object(escaping, engine.step_id if engine is not None else None))
+        if metrics is None:
+            return empty_document(name, error)
+        return metrics.document(group.totals if group is not None else None, error)
+
+    options = options_from_args(args, timeline, log_stream,
+                                lambda *waiting: announce(args, workload, *waiting), name)
+    try:
+        options.check()
+    except WorkloadError:
+        for stream in (log_stream, timeline_stream):
+            if stream is not None:
+                stream.close()
+        if metrics_file is not None:
+            metrics_file.close()
+        html.discard()
+        raise
+    total = len(workload.requests)
+    progress = render.Progress(sys.stderr, total)
+    try:
+        with launch(workload, options=options) as engine:
+            group = engine.group
+            metrics = Metrics(engine, name, keep_steps=metrics_file is not None)
+            if not as_json:
+                out.write(render.header(workload, name) + "\n")
+                out.write(style.dim(f"{'':>{render.STEP_WIDTH}}  {members_line(group, started)}") + "\n")
+            for trace, wall_s in timed(engine.run()):
+                num_steps += 1
+                metrics.step(trace, wall_s)
+                rtt = group.last_record.rtt if group.last_record is not None else {}
+                extra = (f" · rtt {1000 * sorted(rtt.values())[len(rtt) // 2]:.2f} ms" if rtt else "")
+                if as_json:
+                    out.write(engine.json_line(trace) + "\n")
+                    progress.update(trace.step, total - engine.num_unfinished, extra)
+                    continue
+                progress.clear()
+                attempts, recoveries = group.take_attempts(), engine.take_recoveries()
+                audited = [r for r in recoveries if r.in_audit]     # the audit before this step
+                recoveries = [r for r in recoveries if not r.in_audit]
+                if audited:
+                    printer.flush()
+                    write_boundary(out, style, group.world_size, [], audited)
+                quiet = trace.is_empty and len(attempts) == 1 and not attempts[0].notes and not recoveries
+                printer.step(trace)
+                if not quiet:
+                    write_boundary(out, style, group.world_size, attempts, recoveries)
+                progress.update(trace.step, total - engine.num_unfinished, extra)
+            progress.clear()
+            if not as_json:
+                printer.flush()
+                write_boundary(out, style, group.world_size, [], engine.take_recoveries())
+                out.write(style.dim(f"{'':>{render.STEP_WIDTH}}  audit: all {group.world_size} shards "
+                                    f"hold every slot the pool holds") + "\n")
+    except (EngineError, OSError, zmq.ZMQError) as err:
+        progress.clear()
+        if not isinstance(err, EngineError):     # the machine said no: still the error object
+            err = machine_failure(err, step=engine.step_id if engine is not None else None)
+        status = EXIT_FAILED
+        failure = err
+        if as_json:
+            out.write(json.dumps(err.to_json()) + "\n")
+        else:
+            printer.flush()
+            if group is not None:
+                attempts = group.take_attempts()
+                recoveries = engine.take_recoveries() if engine is not None else []
+                failed_here = err.step is not None and any(a.step == err.step for a in attempts)
+                if failed_here:
+                    head, why = render.failed_step_lines(err, style)
+                    out.write(head + "\n")
+                write_boundary(out, style, group.world_size, attempts, recoveries)
+                if failed_here:
+                    out.write(why + "\n")
+    finally:
+        progress.clear()
+        escaping = sys.exc_info()[1]         # an interrupt (or a bug) on its way out
+        closing = _finish_outputs(log_stream, timeline_stream, timeline, args, metrics_file,
+                                  lambda problem: metrics_document(problem, escaping))
+        closing = html.write(name, closing)
+    _say_unfired(group, engine)
+    lost_log = group.log.broken if group is not None and group.log else None
+    if lost_log is not None and closing is None:     # the run went on without its wire log
+        closing = machine_failure(lost_log, f"--wire-log {args.wire_log}")
+        closing.message += " (the run went on without the rest of its wire log)"
+    output_failed = closing is not None and failure is None   # an output file, not the run
+    if output_failed and closing.step is None and engine is not None and engine.step_id:
+        closing.step = engine.step_id - 1                     # said after the run's last step
+    if output_failed:
+        status = EXIT_FAILED
+    if as_json:
+        if failure is None and engine is not None:     # a finished run's summary stands
+            out.write(json.dumps({"summary": engine.summary()}) + "\n")
+        if output_failed:
+            out.flush()
+            render.write_error(closing, sys.stderr, render.Style.for_stream(sys.stderr))
+        return status
+    if output_failed:
+        failure = closing
+    if engine is not None:
+        out.write(render.request_table(engine.summary(), style) + "\n")
+        out.write(render.closing_line(num_steps, engine.summary()) + "\n")
+        for line in metrics.summary_lines() if metrics is not None else ():
+            out.write(line + "\n")
+    if group is not None:
+        out.write(render.rank_table(group.totals, group.rank_pids, style,
+                                    group.members.hosts if group.external else None) + "\n")
+        out.write(workers_line(group) + "\n")
+    if status != EXIT_OK:
+        out.flush()
+        render.write_error(failure, sys.stderr, render.Style.for_stream(sys.stderr))
+    return status
+
+
+def _say_unfired(group, engine) -> None:
+    """A fault that never fired is named (stderr: --json stays clean; the exit status is the
+    run's): a typo'd step must not pass for a run that survived it."""
+    if group is None or not group.unfired:
+        return
+    last = engine.step_id - 1 if engine is not None else None
+    for fault in group.unfired:
+        sys.stderr.write(f"inferris-dist: fault {render.shown(fault.text)} never fired "
+                         f"(no plan reached step {fault.step}; the run ended at step {last})\n")
+
+
+def announce(args, workload, address: str, ranks: list[int], timeout: float, rejoin: bool) -> None:
+    """The one line saying where we listen and how to start the ranks (stderr: --json stays clean)."""
+    n = workload.config.world_size
+    keys = f" --keys {Path(args.keys).resolve()}" if args.keys else ""
+    rank_flag = f"--rank {ranks[0]}" if len(ranks) == 1 else "--rank R"
+    if rejoin:
+        who = f"a replacement for rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}"
+    else:
+        who = f"{n} rank{'s' * (n > 1)}"
+    how = f"CURVE, keys in {args.keys}" if args.keys else "plaintext, loopback only"
+    sys.stderr.write(f"inferris-dist: listening at {address} ({how}); waiting up to {timeout:g} s "
+                     f"for {who}: inferris-dist worker --connect {address}{keys} {rank_flag} "
+                     f"--world-size {n}\n")
+    sys.stderr.flush()
+
+
+def members_line(group, started: float) -> str:
+    took = time.monotonic() - started
+    if not group.external:
+        pids = " ".join(str(w.pid) for w in group.workers.values())
+        return f"{group.world_size} rank workers up in {took:.2f} s at {group.address}, pids {pids}"
+    channel = group.channel
+    who = ", ".join(f"{r}: pid {m.pid} at {m.host}" for r, m in sorted(channel.members.items()))
+    how = "CURVE-authenticated" if channel.curve else "plaintext"
+    return f"{group.world_size} ranks joined in {took:.2f} s at {group.address} ({how}): {who}"
+
+
+def workers_line(group) -> str:
+    away = group.channel.turned_away_summary()
+    return _workers_line(group) + (f"\nturned away: {away}" if away else "")
+
+
+def _workers_line(group) -> str:
+    if group.external:
+        n = sum(len(p) for p in group.rank_pids.values())
+        return f"workers: {n} joined from outside (we started none), every member told to stop"
+    left = group.members.still_running()
+    return (f"workers: {len(group.pids_started)} started, "
+            f"{'none left running' if not left else 'STILL RUNNING: ' + ' '.join(map(str, left))}")
+
+
+def _finish_outputs(log_stream, timeline_stream, timeline, args, metrics_file=None,
+                    metrics_document=None) -> EngineError | None:
+    """Close the wire log, write the timeline, then the --metrics document
+    (`metrics_document(problem)` makes it, told what failed here so far); a failure names
+    the file (never a traceback)."""
+    problem = None
+    for stream, flag, path in ((log_stream, "--wire-log", args.wire_log),
+                               (timeline_stream, "--timeline", args.timeline)):
+        if stream is None:
+            continue
+        try:
+            if stream is timeline_stream:
+                timeline.write(stream)
+            stream.close()
+        except OSError as e:
+            problem = problem or machine_failure(e, f"{flag} {path}")
+            try:
+                stream.close()
+            except OSError:
+                pass
+    if metrics_file is not None:
+        from inferris_dist.observe.metrics import MetricsNotWritten
+        try:
+            metrics_file.write(metrics_document(problem))
+        except MetricsNotWritten as e:
+            problem = problem or e
+    return problem
+
+
+class HtmlPage:
+    """`launch --html FILE`: the page built from the run's wire log when the run is over (also
+    one that failed). Without `--wire-log` the log goes to a private temporary file, removed
+    after. The page's file is opened at the start, so a path that cannot be written is bad
+    input before any worker starts."""
+
+    def __init__(self, path: str | None, wire_log: str | None):
+        self.path = path
+        self.wire_log = wire_log
+        self._temp: str | None = None
+        if path is None:
+            return
+        _open_for_writing(path, "--html").close()
+        if wire_log is None:
+            fd, self._temp = tempfile.mkstemp(prefix="inferris-dist-wire-", suffix=".jsonl")
+            os.close(fd)
+            self.wire_log = self._temp
+
+    def write(self, title: str, problem: EngineError | None) -> EngineError | None:
+        """Build the page (after the wire log is closed); a failure names the flag and file."""
+        if self.path is None:
+            return problem
+        try:
+            if problem is None or self._temp is None or os.path.getsize(self._temp):
+                from inferris_dist.cli.page import write_page
+                write_page(self.wire_log, self.path, title)
+        except OSError as e:
+            problem = problem or machine_failure(e, f"--html {self.path}")
+        except WorkloadError as e:
+            problem = problem or MachineFailure(f"--html {self.path}: {e.message}", None)
+        finally:
+            self.discard()
+        return problem
+
+    def discard(self) -> None:
+        if self._temp is not None:
+            try:
+                os.unlink(self._temp)
+            except OSError:
+                pass
+            self._temp = None
+
+
+def _open_for_writing(path: str | None, flag: str):
+    if path is None:
+        return None
+    try:
+        return open(path, "w")
+    except OSError as e:
+        raise WorkloadError(f"{flag} {path}: {e.strerror or e}") from None
+
+
+def write_boundary(out, style, world_size: int, attempts, recoveries) -> None:
+    """Each attempt's wire line, and after each failed one what was done about it."""
+    for i, record in enumerate(attempts):
+        out.write(render.boundary_line(record, world_size, style) + "\n")
+        for line in render.note_lines(record, style):
+            out.write(line + "\n")
+        if i < len(recoveries):
+            out.write(render.recovery_lines(recoveries[i], style) + "\n")
+    for recovery in recoveries[len(attempts):]:
+        out.write(render.recovery_lines(recovery, style) + "\n")
+
+
+def distributed_lines(workload, options: LaunchOptions) -> list[dict]:
+    try:
+        with launch(workload, options=options) as engine:
+            return trace_dicts(engine)
+    except EngineError as e:        # the workers did not start
+        return [e.to_json()]
+
+
+def run_compare(workload, name: str, args) -> int:
+    """The workload in process and on processes (with the launch's faults and policy), judged
+    by what the policy promises: the same trace (no policy needed, abort, restore) or, under
+    recompute, the same summary (its recovery replans: the steps may differ, the tokens
+    every request generates and how it finishes may not). When a side failed: which, how, where."""
+    options = LaunchOptions(step_timeout=args.step_timeout, faults=args.fault,
+                            audit_every=args.audit_every, on_rank_loss=args.on_rank_loss,
+                            max_restarts=args.max_restarts, rung=args.rung)
+    options.check()
+    local = trace_dicts(Engine(workload, rung=args.rung))
+    remote = distributed_lines(workload, options)
+    verdict = judge(local, remote, args.on_rank_loss)
+    n = workload.config.world_size
+    verdict = {"workload": name, "world_size": n, "rung": args.rung, "policy": args.on_rank_loss,
+               "faults": list(workload.faults) + list(args.fault), **verdict}
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(verdict) + "\n")
+    else:
+        sys.stdout.write(compare_text(verdict) + "\n")
+    return EXIT_OK if verdict["holds"] else EXIT_FAILED
+
+
+def judge(local: list[dict], remote: list[dict], policy: str) -> dict:
+    """What was compared, whether the promise holds, and the first difference if not."""
+    steps = [sum(1 for line in lines if "step" in line and "error" not in line) for lines in (local, remote)]
+    failed = {side: lines[-1] for side, lines in (("in process", local), ("on processes", remote))
+              if lines and "error" in lines[-1]}
+    out = {"compared": "summaries" if policy == "recompute" else "traces",
+           "steps": {"in process": steps[0], "on processes": steps[1]},
+           "failed": {side: err for side, err in failed.items()}, "difference": None}
+    trace_diff = first_difference(local, remote)
+    if failed and not (len(failed) == 2 and trace_diff is None):
+        out["holds"] = False
+        return out
+    if out["compared"] == "traces" or failed:
+        out["holds"] = trace_diff is None
+        out["difference"] = trace_diff
+        return out
+    summary_diff = first_summary_difference(local[-1].get("summary", []), remote[-1].get("summary", []))
+    out["holds"] = summary_diff is None
+    out["difference"] = summary_diff
+    out["traces_identical"] = trace_diff is None
+    return out
+
+
+def compare_text(v: dict) -> str:
+    """The verdict for people: one line, or one per failed side."""
+    name, n = render.shown(v["workload"]), v["world_size"]
+    where = f"in process and on {n} worker process{'es' * (n != 1)}"
+    failed = v["failed"]
+    if failed and not v["holds"]:
+        lines = [f"{name}: the run {side} failed: {_failure(err)}: {render.shown(err.get('message', ''))}"
+                 for side, err in failed.items()]
+        if len(failed) == 1:
+            other = "on processes" if "in process" in failed else "in process"
+            lines.append(f"{name}: the run {other} did not")
+        return "\n".join(lines)
+    steps = v["steps"]
+    if v["compared"] == "traces":
+        if v["holds"]:
+            ends = f", both ending {_failure(failed['in process'])}" if failed else ""
+            return f"{name}: identical ({steps['in process']} steps{ends}) {where}"
+        return f"{name}: traces differ: {v['difference']}"
+    if v["holds"]:
+        how = ("the traces too" if v.get("traces_identical") else
+               f"the steps differ, as recompute's replanning may: {steps['in process']} steps in "
+               f"process, {steps['on processes']} on processes")
+        return (f"{name}: the same summary {where} (recompute promises the summary, not the steps; "
+                f"compared every request's state, generated, computed and finish: identical; {how})")
+    return f"{name}: summaries differ under recompute: {v['difference']}"
+
+
+def first_summary_difference(a: list[dict], b: list[dict]) -> str | None:
+    """The first request whose summary differs (its state, tokens generated, positions
+    computed, finish reason: recompute changes the steps, never these)."""
+    by_id = {r.get("request_id"): r for r in b}
+    for r in a:
+        other = by_id.get(r.get("request_id"))
+        if other is None:
+            return f"request {render.shown(str(r.get('request_id')))}: missing on processes"
+        differs = _first_field(r, other)
+        if differs is not None:
+            return f"request {render.shown(str(r.get('request_id')))}, {differs}"
+    if len(a) != len(b):
+        return f"in process {len(a)} requests, on processes {len(b)}"
+    return None
+
+
+def _failure(err: dict) -> str:
+    """An error object in a few words: kind, step, and the rank(s) blamed."""
+    ranks = err.get("ranks") or ([err["rank"]] if err.get("rank") is not None else [])
+    who = f", rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}" if ranks else ""
+    epoch = f", epoch {err['epoch']}" if err.get("epoch") is not None else ""
+    step = "during start-up" if err.get("step") is None else f"at step {err['step']}"
+    return f"{err['error']} {step}{epoch}{who}"
+
+
+def first_difference(a: list[dict], b: list[dict]) -> str | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if "error" in x or "error" in y:
+            x = {k: x.get(k) for k in ("error", "step")} if "error" in x else x
+            y = {k: y.get(k) for k in ("error", "step")} if "error" in y else y
+        if x != y:
+            where = f"step {x['step']}" if "step" in x else f"line {i + 1}"
+            return f"{where}, {_first_field(x, y)}"
+    if len(a) != len(b):
+        return f"in process {len(a)} lines, on processes {len(b)} lines"
+    return None
+
+
+def _first_field(x: dict, y: dict) -> str | None:
+    """The first field two objects disagree on, both values shown (None: they agree)."""
+    for key in dict.fromkeys([*x, *y]):
+        if x.get(key) != y.get(key):
+            return (f"field {key!r}: in process {json.dumps(x.get(key))}, "
+                    f"on processes {json.dumps(y.get(key))}")
+    return None

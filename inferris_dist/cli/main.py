@@ -1,0 +1,426 @@
+"""The `inferris-dist` command line.
+
+Exit status: 0 done, 1 the engine or a rank failed (diagnosis printed),
+2 bad input (one line on stderr), 130 interrupted, 143 terminated. No
+traceback reaches a user.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+from inferris_dist.cli import render
+from inferris_dist.cli.args import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    Parser,
+    UsageError,
+    int_arg,
+    seconds_arg,
+)
+from inferris_dist.cli.mechanisms import MECHANISMS
+from inferris_dist.cli.mechanisms import find as find_mechanism
+from inferris_dist.cli.workload_source import REQUEST_FORMAT, WORKLOAD_HELP, workload_from_flags
+from inferris_dist.engine import Engine, EngineError, WorkloadError, trace_json_lines
+from inferris_dist.engine.rungs import NAMES as RUNG_NAMES
+from inferris_dist.observe.metrics import Metrics, MetricsFile, MetricsNotWritten, error_object, write_quietly
+from inferris_dist.protocol.faults import POLICIES, parse_faults
+
+
+def add_workload_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("workload (default: the built-in demo)")
+    g.add_argument("--spec", metavar="FILE", help="workload JSON file, or - for stdin")
+    g.add_argument("--request", action="append", metavar=REQUEST_FORMAT,
+                   help="add a request (repeatable; exclusive with --spec)")
+    for knob in ("max-step-tokens", "page-size", "num-pages", "spec-len", "world-size"):
+        g.add_argument(f"--{knob}", type=int_arg, metavar="N",
+                       help="override the workload's engine value")
+
+
+def add_output_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="SPEC §4 JSON lines")
+    p.add_argument("--verbose", action="store_true",
+                   help="name every request on a step's line (default: big batches are summarised "
+                        "to fit the terminal)")
+
+
+def add_rung_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rung", choices=RUNG_NAMES, default="full", metavar="RUNG",
+                   help=f"the engine as it stands at this rung of the mechanism ladder "
+                        f"({', '.join(RUNG_NAMES)}; default full)")
+
+
+def knobs_of(args) -> dict:
+    return {k: getattr(args, k) for k in
+            ("max_step_tokens", "page_size", "num_pages", "spec_len", "world_size")}
+
+
+def add_fault_flags(p) -> None:
+    """How the run on processes is broken and what follows: launch's and compare's."""
+    p.add_argument("--step-timeout", type=seconds_arg, default=10.0, metavar="SECONDS",
+                   help="a rank that has not answered by then is lost (default 10)")
+    p.add_argument("--fault", action="append", default=[], metavar="RANK:KIND@STEP[+][:ARG]",
+                   help="inject a fault (repeatable), e.g. 1:crash@3, all:delay@2+:0.5")
+    p.add_argument("--audit-every", type=int, default=0, metavar="K",
+                   help="audit every rank's shard every K steps (always at the end)")
+    p.add_argument("--on-rank-loss", choices=POLICIES, default="abort",
+                   help="when a step fails on the ranks: stop (abort), restart the rank from the "
+                        "pool's pages (restore), or restart it empty and recompute (default abort)")
+    p.add_argument("--max-restarts", type=int, default=3, metavar="N",
+                   help="restarts allowed in one run before giving up (default 3)")
+
+
+def add_metrics_flag(p) -> None:
+    p.add_argument("--metrics", metavar="FILE",
+                   help="write the run's numbers as one JSON document: counters per step, "
+                        "each request's steps to first token and to finish, prefix hit rate, "
+                        "acceptance, batch sizes (launch: also wall time per step, rtt per rank)")
+
+
+def add_launch_flags(p) -> None:
+    """launch's own flags (the module that runs it is imported only when it runs)."""
+    add_fault_flags(p)
+    add_metrics_flag(p)
+    p.add_argument("--html", metavar="FILE",
+                   help="write one self-contained page of the run (opens offline in any browser): "
+                        "lanes for the scheduler, every rank and request, each step's plan and "
+                        "results, losses and restarts; also `inferris-dist html WIRELOG -o FILE`")
+    p.add_argument("--timeline", metavar="FILE",
+                   help="write a Chrome trace (chrome://tracing, ui.perfetto.dev): scheduler "
+                        "phases, each rank's round trips and what it did inside them")
+    h = p.add_argument_group("ranks on other hosts (the scheduler spawns nothing)")
+    h.add_argument("--listen", metavar="tcp://ADDR:PORT",
+                   help="bind here and wait for `inferris-dist worker` ranks started by others "
+                        "(port 0: any free port)")
+    h.add_argument("--keys", metavar="DIR",
+                   help="CURVE keys from `inferris-dist keys`: every message encrypted, every rank "
+                        "proven by its own key (required unless --listen is on loopback)")
+    h.add_argument("--join-timeout", type=seconds_arg, default=60.0, metavar="SECONDS",
+                   help="how long to wait for all ranks to join (default 60)")
+    h.add_argument("--rejoin-timeout", type=seconds_arg, default=30.0, metavar="SECONDS",
+                   help="with restore or recompute: how long to wait for a lost rank's "
+                        "replacement to join (default 30)")
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("inferris-dist")
+    except Exception:                      # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="inferris-dist", description="See, test and break the executor boundary "
+               "of an LLM serving engine.")
+    p.add_argument("--version", action="version", version=f"inferris-dist {_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    run = sub.add_parser("run", help="run a workload in one process", epilog=WORKLOAD_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_workload_flags(run)
+    add_rung_flag(run)
+    add_output_flags(run)
+    add_metrics_flag(run)
+    demo = sub.add_parser("demo", help="run the built-in three-request demo in one process")
+    demo.add_argument("--json", action="store_true", help="SPEC §4 JSON lines")
+    from inferris_dist.cli.cmd_inspect import JSON_HELP
+    ins = sub.add_parser("inspect", help="read a --wire-log: a line per step, or one step's plan, "
+                         "each rank's result and the join", epilog=JSON_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    ins.add_argument("wirelog", metavar="WIRELOG", help="a file written by launch --wire-log")
+    ins.add_argument("--step", type=int_arg, metavar="K", help="show step K in full")
+    ins.add_argument("--json", action="store_true", help="one JSON object per line (shapes below)")
+    htm = sub.add_parser("html", help="write a --wire-log as one self-contained page: lanes for the "
+                         "scheduler, every rank and request; click a step for its plan and results")
+    htm.add_argument("wirelog", metavar="WIRELOG", help="a file written by launch --wire-log")
+    htm.add_argument("-o", "--output", required=True, metavar="FILE", help="the page to write")
+    htm.add_argument("--title", help="the page's title (default: the run's name)")
+    lad = sub.add_parser("ladder", help="run a workload at every rung of the mechanism ladder; "
+                         "one table of what each mechanism buys")
+    add_workload_flags(lad)
+    lad.add_argument("--json", action="store_true", help="one JSON object per rung")
+    me = sub.add_parser("mechs", help="the twelve mechanisms, where they live; `mechs NAME` prints "
+                        "one's note")
+    me.add_argument("name", nargs="?", metavar="NAME", help="a mechanism: number, slug or name")
+    la = sub.add_parser("launch", help="run a workload with its ranks on real worker processes",
+                        epilog=WORKLOAD_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_workload_flags(la)
+    add_rung_flag(la)
+    add_output_flags(la)
+    la.add_argument("--wire-log", metavar="FILE", help="write every message that crossed as JSON lines")
+    add_launch_flags(la)
+    co = sub.add_parser("compare", help="run in process and on worker processes; check the policy's "
+                        "promise (the same trace; under recompute, the same summary)")
+    add_workload_flags(co)
+    add_rung_flag(co)
+    add_fault_flags(co)
+    co.add_argument("--json", action="store_true",
+                    help="one JSON object: what was compared, the verdict, the first difference")
+    wo = sub.add_parser("worker", help="a rank worker, for a scheduler started with `launch --listen` "
+                        "(`inferris-dist worker --help` for its flags)")
+    wo.add_argument("worker_args", nargs="*", help="--connect tcp://HOST:PORT --keys DIR [--rank R] "
+                    "[--world-size N]")
+    ke = sub.add_parser("keys", help="write CURVE keys for a run across hosts: the scheduler's and "
+                        "one per rank")
+    ke.add_argument("dir", metavar="DIR", help="directory to write scheduler.key[_secret] and "
+                    "rank-R.key[_secret] into")
+    ke.add_argument("--world-size", type=int_arg, required=True, metavar="N")
+    ke.add_argument("--force", action="store_true", help="replace keys already there")
+    return p
+
+
+def cmd_run(args) -> int:
+    workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
+    return run_in_process(workload, name, args.json, args.rung, args.verbose, args.metrics)
+
+
+def cmd_demo(args) -> int:
+    workload, name = workload_from_flags(None, None, {})
+    return run_in_process(workload, name, args.json)
+
+
+def run_in_process(workload, name: str, as_json: bool, rung: str = "full", verbose: bool = False,
+                   metrics_path: str | None = None) -> int:
+    out = sys.stdout
+    parse_faults((), workload.config.world_size, workload.faults)   # refused alike by run and launch
+    if workload.faults:
+        sys.stderr.write(f"inferris-dist: note: the workload's faults ({', '.join(workload.faults)}) "
+                         f"act on worker processes; run them with `inferris-dist launch`\n")
+    engine = Engine(workload, rung=rung)
+    file = MetricsFile(metrics_path) if metrics_path is not None else None
+    progress = render.Progress(sys.stderr, len(workload.requests))
+    total = len(workload.requests)
+    if as_json and file is not None:
+        return _json_with_metrics(engine, Metrics(engine, name), file, out, progress)
+    if as_json:
+        last = ""
+        try:
+            for last in trace_json_lines(engine):
+                out.write(last + "\n")
+                progress.update(engine.step_id - 1, total - engine.num_unfinished)
+        finally:
+            progress.clear()
+        return EXIT_FAILED if last.startswith('{"error"') else EXIT_OK
+    metrics = Metrics(engine, name, keep_steps=file is not None)
+    style = render.Style.for_stream(out)
+    out.write(render.header(workload, name) + "\n")
+    printer = render.StepPrinter(out, style, verbose)
+    num_steps = 0
+    try:
+        for trace in engine.run():
+            num_steps += 1
+            metrics.step(trace)
+            progress.clear()
+            printer.step(trace)
+            progress.update(trace.step, total - engine.num_unfinished)
+    except EngineError as err:
+        progress.clear()
+        printer.flush()
+        out.write(render.request_table(engine.summary(), style) + "\n")
+        out.flush()
+        render.write_error(err, sys.stderr, render.Style.for_stream(sys.stderr))
+        if file is not None:
+            write_quietly(file, metrics.document(error=err.to_json()))
+        return EXIT_FAILED
+    except BaseException as e:               # interrupted (or a bug): the file says so
+        if file is not None:
+            write_quietly(file, metrics.document(error=error_object(e, engine.step_id)))
+        raise
+    finally:
+        progress.clear()
+    printer.flush()
+    out.write(render.request_table(engine.summary(), style) + "\n")
+    out.write(render.closing_line(num_steps, engine.summary()) + "\n")
+    for line in metrics.summary_lines():
+        out.write(line + "\n")
+    if file is not None:
+        try:
+            file.write(metrics.document())
+        except MetricsNotWritten as err:
+            out.flush()
+            render.write_error(err, sys.stderr, render.Style.for_stream(sys.stderr))
+            return EXIT_FAILED
+    return EXIT_OK
+
+
+def _json_with_metrics(engine, metrics: Metrics, file: MetricsFile, out, progress) -> int:
+    """`run --json --metrics FILE`: the lines of `trace_json_lines` (the same bytes), each
+    step recorded on the way. The summary line waits for the file: a file the machine
+    refuses ends the run as a failure, its error object in the summary's place."""
+    total = len(engine.requests)
+    failure = None
+    try:
+        for trace in engine.run():
+            metrics.step(trace)
+            out.write(engine.json_line(trace) + "\n")
+            progress.update(trace.step, total - engine.num_unfinished)
+    except EngineError as err:
+        failure = err
+    except BaseException as e:
+        write_quietly(file, metrics.document(error=error_object(e, engine.step_id)))
+        raise
+    finally:
+        progress.clear()
+    if failure is not None:
+        write_quietly(file, metrics.document(error=failure.to_json()))
+    else:
+        try:
+            file.write(metrics.document())
+        except MetricsNotWritten as err:
+            failure = err
+    if failure is not None:
+        out.write(json.dumps(failure.to_json()) + "\n")
+        return EXIT_FAILED
+    out.write(json.dumps({"summary": engine.summary()}) + "\n")
+    return EXIT_OK
+
+
+def cmd_mechs(args) -> int:
+    if args.name is not None:
+        m = find_mechanism(args.name)
+        if m is None:
+            raise UsageError(f"inferris-dist mechs: no mechanism {args.name!r}; one of "
+                             f"{', '.join(x.slug for x in MECHANISMS)}")
+        try:
+            sys.stdout.write(m.note.read_text())
+        except OSError as e:
+            raise UsageError(f"inferris-dist mechs: cannot read the note {m.note}: "
+                             f"{e.strerror or e}") from None
+        return EXIT_OK
+    rows = [("#", "mechanism", "key question", "rung", "module", "tests")] + [
+        (m.number, m.name, m.question, m.rung, m.module, m.tests) for m in MECHANISMS]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        sys.stdout.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n")
+    sys.stdout.write("inferris-dist mechs NAME prints a mechanism's note (docs/mechanisms/)\n")
+    return EXIT_OK
+
+
+def cmd_launch(args) -> int:
+    workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
+    from inferris_dist.cli import cmd_launch as launching  # the executor on processes: when used
+    return launching.run_launch(workload, name, args)
+
+
+def cmd_keys(args) -> int:
+    if not 1 <= args.world_size <= 4096:
+        raise UsageError(f"inferris-dist keys: --world-size {args.world_size} is outside 1..4096")
+    from inferris_dist.protocol.keys import write_keys
+    files = write_keys(args.dir, args.world_size, args.force)
+    sys.stdout.write(f"wrote {len(files)} key files into {args.dir}: scheduler.key, "
+                     f"rank-0.key .. rank-{args.world_size - 1}.key and their *.key_secret (mode 0600)\n"
+                     f"the scheduler needs scheduler.key_secret and every rank-R.key; rank R needs "
+                     f"scheduler.key and rank-R.key_secret\n")
+    return EXIT_OK
+
+
+def cmd_ladder(args) -> int:
+    from inferris_dist.cli.cmd_ladder import run_ladder
+    from inferris_dist.cli.workload_source import LADDER_DEMO
+    workload, name = workload_from_flags(args.spec, args.request, knobs_of(args),
+                                         default=LADDER_DEMO, default_name="ladder demo")
+    return run_ladder(workload, name, args.json)
+
+
+def cmd_inspect(args) -> int:
+    from inferris_dist.cli.cmd_inspect import run_inspect
+    return run_inspect(args.wirelog, args.step, sys.stdout, render.Style.for_stream(sys.stdout), args.json)
+
+
+def cmd_html(args) -> int:
+    from inferris_dist.cli.page import write_page
+    write_page(args.wirelog, args.output, args.title)
+    return EXIT_OK
+
+
+def cmd_compare(args) -> int:
+    workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
+    from inferris_dist.cli import cmd_launch as launching
+    return launching.run_compare(workload, name, args)
+
+
+COMMANDS = {"run": cmd_run, "demo": cmd_demo, "mechs": cmd_mechs, "launch": cmd_launch,
+            "compare": cmd_compare, "keys": cmd_keys, "ladder": cmd_ladder,
+            "inspect": cmd_inspect,
+            "html": cmd_html}
+
+
+def _attach_dashed_values(argv: list[str]) -> list[str]:
+    """`--fault -1:crash@3` is a value, not an option: attach it (`--fault=-1:...`) so argparse
+    hands it to the fault parser, which says what is wrong with it."""
+    out = []
+    it = iter(range(len(argv)))
+    for i in it:
+        value = argv[i + 1] if i + 1 < len(argv) else ""
+        if argv[i] == "--fault" and value[:1] == "-" and value[1:2].isdigit():
+            out.append(f"--fault={argv[i + 1]}")
+            next(it, None)
+        else:
+            out.append(argv[i])
+    return out
+
+
+class Terminated(BaseException):
+    """SIGTERM: unwind like Ctrl-C so every worker is stopped on the way out."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["worker"]:
+        from inferris_dist.rank.cli import main as worker_main
+        return worker_main(argv[1:])
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    argv = _attach_dashed_values(argv)
+    try:
+        args = build_parser().parse_args(argv)
+        status = COMMANDS[args.command](args)
+    except (UsageError, WorkloadError) as e:
+        sys.stdout.flush()
+        text = render.shown(str(e))
+        sys.stderr.write(f"{text}\n" if isinstance(e, UsageError) else f"inferris-dist: {text}\n")
+        status = EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("inferris-dist: interrupted\n")
+        status = EXIT_INTERRUPTED
+    except Terminated:
+        sys.stderr.write("inferris-dist: terminated\n")
+        status = EXIT_TERMINATED
+    except BrokenPipeError:
+        # The reader went away (| head): stop quietly, without a second error at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = EXIT_OK
+    except OSError as e:
+        # the machine said no (no port to bind, no process to start): one line, not a traceback
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        sys.stderr.write(render.shown(f"inferris-dist: {where}{getattr(e, 'strerror', None) or e}") + "\n")
+        status = EXIT_FAILED
+    except Exception as e:  # a bug of ours: still one line, the traceback only on request
+        zmq = sys.modules.get("zmq")
+        if zmq is not None and isinstance(e, zmq.ZMQError):   # the machine said no, via ZeroMQ
+            sys.stderr.write(render.shown(f"inferris-dist: {e}") + "\n")
+        elif os.environ.get("INFERRIS_DEBUG"):
+            raise
+        else:
+            sys.stderr.write(render.shown(f"inferris-dist: internal error: {type(e).__name__}: {e} "
+                                          f"(INFERRIS_DEBUG=1 shows the traceback)") + "\n")
+        status = EXIT_FAILED
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

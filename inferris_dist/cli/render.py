@@ -1,0 +1,315 @@
+"""Human output: one aligned line per step saying only what happened, then the requests.
+
+Plain text unless stdout is a terminal (and NO_COLOR is unset); never a
+Python repr. `--json` output is not made here: it is SPEC §4, line for line.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import TextIO
+
+from inferris_dist.engine import StepTrace, Workload
+
+
+class Style:
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    @classmethod
+    def for_stream(cls, stream: TextIO) -> "Style":
+        return cls(hasattr(stream, "isatty") and stream.isatty() and not os.environ.get("NO_COLOR"))
+
+    def _wrap(self, code: str, text: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.enabled else text
+
+    def dim(self, text: str) -> str:
+        return self._wrap("2", text)
+
+    def bold(self, text: str) -> str:
+        return self._wrap("1", text)
+
+    def red(self, text: str) -> str:
+        return self._wrap("31", text)
+
+    def green(self, text: str) -> str:
+        return self._wrap("32", text)
+
+    def yellow(self, text: str) -> str:
+        return self._wrap("33", text)
+
+
+STEP_WIDTH = 5
+PLAIN = Style(False)
+DEFAULT_WIDTH = 100
+
+
+def line_width(stream: TextIO) -> int:
+    """The terminal's width when `stream` is one, else DEFAULT_WIDTH."""
+    try:
+        if stream.isatty():
+            return max(40, os.get_terminal_size(stream.fileno()).columns)
+    except (AttributeError, OSError, ValueError):
+        pass
+    return DEFAULT_WIDTH
+
+
+def shown(text: str) -> str:
+    """A string from outside (a request id, a file name, a peer's words) made safe for a
+    terminal: every character that is not printable (newlines, escape sequences, bidi
+    controls) shows as its escape, so nobody can forge a line or clear the screen."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(c: str) -> str:
+    o = ord(c)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
+def header(workload: Workload, title: str) -> str:
+    c = workload.config
+    n = len(workload.requests)
+    return (f"{shown(title)}: {n} request{'s' * (n != 1)}, max_step_tokens {c.max_step_tokens}, "
+            f"page_size {c.page_size}, num_pages {c.num_pages}, spec_len {c.spec_len}, "
+            f"world_size {c.world_size}")
+
+
+def step_events(t: StepTrace, style: Style, limit: int | None = None) -> str:
+    """What happened in one step, in phase order, each kind once and only if it happened.
+
+    `limit`: at most that many requests named per kind, then "+N more" (and, for what
+    ran, the token total), so that a big batch still fits one line.
+    """
+    parts = []
+    s = shown        # request ids are the user's: shown escaped
+
+    def add(label: str, entries: list[str], paint=None, tokens: int | None = None) -> None:
+        total = f" ({tokens} tok)" if tokens is not None else ""
+        if limit == 0:
+            entries = [f"{len(entries)}{total}"]
+        elif limit is not None and len(entries) > limit:
+            entries = entries[:limit] + [f"+{len(entries) - limit} more{total}"]
+        parts.append(f"{(paint or style.dim)(label)} {' '.join(entries)}")
+
+    if t.admitted:
+        add("admit", list(map(s, t.admitted)))
+    if t.reused:
+        add("reuse", [f"{s(r)}:{n}" for r, n in t.reused.items()])
+    if t.evicted:
+        pages = t.evicted if limit is None or len(t.evicted) <= 4 * max(limit, 1) else None
+        parts.append(f"{style.yellow('evict')} " + (f"pages {','.join(map(str, pages))}" if pages
+                                                     else f"{len(t.evicted)} pages"))
+    if t.preempted:
+        add("preempt", list(map(s, t.preempted)), style.yellow)
+    if t.executed:
+        add("run", [f"{s(r)}:{n}" for r, n in t.executed.items()], tokens=sum(t.executed.values()))
+    drafts = [f"{s(r)}:{t.accepted[r]}/{d}" for r, d in t.drafted.items() if d]   # 0/0 says nothing
+    if drafts:
+        add("accept", drafts)
+    if t.published:
+        add("publish", [f"{s(r)}:{n}" for r, n in t.published.items()])
+    if t.sampled:
+        add("sample", [s(r) if v == "TOKEN" else f"{s(r)}:{v}" for r, v in t.sampled.items()])
+    if t.finished:
+        add("finish", [f"{s(r)}:{why}" for r, why in t.finished.items()], style.green)
+    return "  ".join(parts)
+
+
+LIMITS = (8, 4, 2, 1, 0)     # requests named per kind, tried in turn until a step line fits
+
+
+def step_line(t: StepTrace, style: Style, width: int | None = None) -> str:
+    """The step's line; with `width`, big batches are summarised until it fits (the full
+    listing is what `--verbose` gives)."""
+    if width is not None:
+        for limit in (None,) + LIMITS:
+            plain = f"{t.step:>{STEP_WIDTH}}  {step_events(t, PLAIN, limit) or 'idle'}"
+            if len(plain) <= width or limit == 0:
+                return f"{t.step:>{STEP_WIDTH}}  {step_events(t, style, limit) or style.dim('idle')}"
+    return f"{t.step:>{STEP_WIDTH}}  {step_events(t, style) or style.dim('idle')}"
+
+
+def idle_line(first: int, last: int, style: Style) -> str:
+    label = str(first) if first == last else f"{first}-{last}"
+    return f"{label:>{STEP_WIDTH}}  {style.dim('idle, waiting for arrivals')}"
+
+
+class StepPrinter:
+    """Prints step lines; a run of idle steps becomes one line; a step fits `width` columns
+    (the terminal's, or 100) unless `verbose`."""
+
+    def __init__(self, out: TextIO, style: Style, verbose: bool = False):
+        self.out = out
+        self.style = style
+        self.width = None if verbose else line_width(out)
+        self._idle: tuple[int, int] | None = None
+
+    def step(self, t: StepTrace) -> None:
+        if t.is_empty:
+            first = self._idle[0] if self._idle else t.step
+            self._idle = (first, t.step)
+            return
+        self.flush()
+        self.out.write(step_line(t, self.style, self.width) + "\n")
+
+    def flush(self) -> None:
+        if self._idle:
+            self.out.write(idle_line(*self._idle, self.style) + "\n")
+            self._idle = None
+
+
+def request_table(summary: list[dict], style: Style) -> str:
+    cols = ("request", "state", "generated", "computed", "finish")
+    rows = [(shown(s["request_id"]), s["state"], str(s["generated"]), str(s["computed"]),
+             s["finish_reason"] or "-") for s in summary]
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+    right = {2, 3}
+
+    def fmt(row) -> str:
+        return "  ".join(v.rjust(w) if i in right else v.ljust(w)
+                         for i, (v, w) in enumerate(zip(row, widths))).rstrip()
+
+    lines = [style.dim(fmt(cols))] + [fmt(r) for r in rows]
+    return "\n".join(lines)
+
+
+def closing_line(num_steps: int, summary: list[dict]) -> str:
+    done = sum(1 for s in summary if s["state"] == "FINISHED")
+    return f"{num_steps} step{'s' * (num_steps != 1)}, {done}/{len(summary)} requests finished"
+
+
+def write_error(err, out: TextIO, style: Style) -> None:
+    where = "during start-up" if err.step is None else f"at step {err.step}"
+    if err.epoch is not None:
+        where += f", epoch {err.epoch}"
+    out.write(style.red(f"error: {err.kind} {where}: {shown(err.message)}") + "\n")
+
+
+# -- what crossed the boundary (launch) ------------------------------------------------
+
+def human_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} kB"
+    return f"{n / (1024 * 1024):.1f} MB"
+
+
+def ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.2f}"
+
+
+def boundary_line(record, world_size: int, style: Style) -> str:
+    """The wire under a step: plan out, round trips, results back, and the join's verdict."""
+    rtts = "/".join(ms(record.rtt.get(r)) for r in range(world_size))
+    got = record.result_bytes
+    sizes = set(got.values())
+    if not got:
+        result = "-"                                      # no rank answered: nothing came back
+    elif len(sizes) == 1 and len(got) == world_size:
+        result = f"{human_bytes(sizes.pop())} each"
+    else:
+        result = "/".join(human_bytes(got[r]) if r in got else "-" for r in range(world_size))
+    verdict = record.verdict or "-"
+    verdict = style.green(verdict) if verdict == "joined" else style.red(verdict)
+    epoch = f"epoch {record.epoch}, " if record.epoch else ""
+    return style.dim(f"{'':>{STEP_WIDTH}}  wire {epoch}plan {human_bytes(record.plan_bytes)} x{world_size}, "
+                     f"rtt {rtts} ms, result {result}, ") + verdict
+
+
+def failed_step_lines(err, style: Style) -> tuple[str, str]:
+    """The step a run ended at (abort, or recovery given up): its number, then the diagnosis
+    under its wire line, as a survived failure shows them."""
+    head = f"{err.step:>{STEP_WIDTH}}  " + style.red("failed: nothing committed")
+    epoch = f", epoch {err.epoch}" if err.epoch is not None else ""
+    why = f"{'':>{STEP_WIDTH}}  " + style.red(f"! {err.kind} at step {err.step}{epoch}: {shown(err.message)}")
+    return head, why
+
+
+def note_lines(record, style: Style) -> list[str]:
+    return [f"{'':>{STEP_WIDTH}}  " + style.yellow(f"! {shown(note)}") for note in record.notes]
+
+
+def rank_table(totals: dict, pids: dict[int, list[int]], style: Style,
+               hosts: dict[int, list[str]] | None = None) -> str:
+    """Per rank: its worker pids (a restart adds one; @host for members from other hosts),
+    steps, bytes, round trips, drops."""
+    cols = ("rank", "pid", "steps", "sent", "received", "rtt p50 ms", "rtt p99 ms", "dropped")
+
+    def who(r: int) -> str:
+        at = hosts.get(r, []) if hosts is not None else []
+        return "->".join(f"{p}@{at[i]}" if i < len(at) and at[i] else str(p)
+                         for i, p in enumerate(pids.get(r, []))) or "-"
+
+    rows = [(str(r), who(r), str(t.steps), human_bytes(t.bytes_sent),
+             human_bytes(t.bytes_received), ms(t.percentile(0.5)), ms(t.percentile(0.99)),
+             str(t.dropped)) for r, t in sorted(totals.items())]
+    widths = [max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(cols)]
+
+    def fmt(row) -> str:
+        return "  ".join(v.rjust(w) if i >= 2 else v.ljust(w)
+                         for i, (v, w) in enumerate(zip(row, widths))).rstrip()
+
+    return "\n".join([style.dim(fmt(cols))] + [fmt(row) for row in rows])
+
+
+def recovery_lines(r, style: Style) -> str:
+    """A failure survived: what failed, then what the policy did."""
+    pad = f"{'':>{STEP_WIDTH}}  "
+    failed = style.red(f"! {r.kind} at step {r.step}, epoch {r.epoch}: {shown(r.message)}")
+    ranks = ", ".join(f"rank {rank} as pid {pid}" + (f" at {r.hosts[i]}" if r.hosts else "")
+                      for i, (rank, pid) in enumerate(zip(r.restarted, r.pids)))
+    how = "replaced by a worker that joined:" if r.hosts else "restarted"
+    if r.policy == "restore":
+        then = "audited again" if r.in_audit else "the same plan again"
+        done = (f"restore: {how} {ranks} in epoch {r.epoch + 1}, shard rebuilt from the pool "
+                f"({r.shard_pages} pages); {then}")
+    else:
+        lost = " ".join(map(shown, r.preempted)) or "nothing"
+        then = "audited again" if r.in_audit else "the step planned again"
+        done = (f"recompute: {how} {ranks} empty in epoch {r.epoch + 1}; every page dropped, "
+                f"preempted {lost}; {then}")
+    return f"{pad}{failed}\n{pad}{style.yellow(done)}"
+
+
+class Progress:
+    """A sign of life on stderr when it is a terminal: step, requests finished, steps per
+    second (and for launch, the ranks' round trip). Redrawn at most ten times a second,
+    erased when the run ends; never written anywhere but a terminal, never into stdout."""
+
+    EVERY_S = 0.1
+
+    def __init__(self, stream: TextIO, total: int, enabled: bool | None = None):
+        self.stream = stream
+        self.total = total
+        if enabled is None:
+            enabled = hasattr(stream, "isatty") and stream.isatty()
+        self.enabled = enabled
+        self.started = None               # the first step's time: start-up is not a step
+        self.next_draw = 0.0
+        self.drawn = False
+
+    def update(self, step: int, finished: int, extra: str = "") -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if self.started is None:
+            self.started, self.first_step = now, step
+            self.next_draw = now + self.EVERY_S
+            return
+        if now < self.next_draw:
+            return
+        self.next_draw = now + self.EVERY_S
+        rate = (step - self.first_step) / max(now - self.started, 1e-9)
+        text = f"step {step} · {finished}/{self.total} finished · {rate:,.0f} steps/s{extra}"
+        self.stream.write(f"\r\x1b[K{text}")
+        self.stream.flush()
+        self.drawn = True
+
+    def clear(self) -> None:
+        if self.drawn:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.drawn = False

@@ -1,0 +1,82 @@
+"""What crossed the boundary: per-step records, per-rank totals, and the wire log."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from inferris_dist.protocol.wire import to_jsonable
+
+
+@dataclass
+class StepRecord:
+    """One attempt at one step: what went out, what came back, and the verdict."""
+    step: int
+    epoch: int
+    plan_bytes: int
+    sent: dict[int, float] = field(default_factory=dict)         # rank -> monotonic send time
+    rtt: dict[int, float] = field(default_factory=dict)          # rank -> seconds
+    result_bytes: dict[int, int] = field(default_factory=dict)   # rank -> bytes
+    verdict: str = ""                                            # "joined", or what went wrong
+    notes: list[str] = field(default_factory=list)               # dropped messages, refusals
+    inside: dict[int, tuple] = field(default_factory=dict)       # rank -> its own 4 times (timeline)
+
+
+@dataclass
+class RankTotals:
+    steps: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    rtts: list[float] = field(default_factory=list)
+    dropped: int = 0
+
+    def percentile(self, q: float) -> float | None:
+        if not self.rtts:
+            return None
+        ordered = sorted(self.rtts)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+BUFFERED_EVENTS = frozenset({"phase", "attempt", "step"})   # one per step or more: not flushed each
+
+
+class WireLog:
+    """One JSON line per message that crossed, and per event (drop, loss, restart)."""
+
+    def __init__(self, stream: TextIO, name: str = "--wire-log"):
+        self.stream = stream
+        self.name = f"{name} {getattr(stream, 'name', '')}".strip()
+        self.broken: OSError | None = None    # the first write that failed: nothing is written after
+
+    def message(self, direction: str, rank: int | None, epoch: int, step: int, kind: str,
+                num_bytes: int | None, body: Any, t: float | None = None, **extra: Any) -> None:
+        """A message that crossed; `t` when it crossed (default: now), `extra` what more is known
+        of it (a RESULT's send time, round trip and the rank's own times)."""
+        self._write({"t": round(time.monotonic() if t is None else t, 6), "dir": direction,
+                     "rank": rank, "epoch": epoch, "step": step, "type": kind, "bytes": num_bytes,
+                     "body": to_jsonable(body), **extra})
+
+    def event(self, event: str, t: float | None = None, **fields: Any) -> None:
+        """Something that happened (`t`: when it began, default now). A loss, a restart or a
+        note is flushed at once, so `tail -f` sees it as it happens (messages and the per-step
+        events are written through the buffer)."""
+        self._write({"t": round(time.monotonic() if t is None else t, 6), "event": event, **fields})
+        if event not in BUFFERED_EVENTS and self.broken is None:
+            try:
+                self.stream.flush()
+            except OSError as e:
+                self._lost(e)
+
+    def _write(self, obj: dict) -> None:
+        """One line; a write the machine refuses (a full disk) loses the log, not the run: it
+        is remembered, said at the end, and nothing more is written."""
+        if self.broken is not None:
+            return
+        try:
+            self.stream.write(json.dumps(obj) + "\n")
+        except OSError as e:
+            self._lost(e)
+
+    def _lost(self, e: OSError) -> None:
+        self.broken = OSError(e.errno, e.strerror, getattr(self.stream, "name", None))

@@ -1,0 +1,206 @@
+"""Fault injection: `RANK:KIND@STEP[+][:ARG]`, a first-class input, not a test monkeypatch.
+
+The scheduler parses and validates the specs and hands each rank its own in
+the CONFIG message (so they show in the wire log); the rank acts them out on
+real processes through its FaultPlan. `@STEP` fires once in the run, `@STEP+`
+at that step and every later one (a replacement worker inherits it, so it
+keeps coming back).
+
+Adding a fault kind touches this module only: its line in KINDS and, in
+FaultPlan's table, the hook that acts it out (before the step, on the
+outcomes, on the frames, or as an extra send).
+"""
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from typing import Protocol
+
+from inferris_dist.engine import WorkloadError
+from inferris_dist.engine.messages import page_spans
+from inferris_dist.engine.shard import SlotStore
+
+KINDS = {    # each kind: what it does (for help and docs); how a rank acts it out is FaultPlan's table
+    "crash": "kills itself (SIGKILL) on receiving the plan",
+    "exit": "exits 0 on receiving the plan",
+    "hang": "stops answering, process alive (a busy loop holding the GIL)",
+    "delay": "answers ARG seconds late",
+    "garble": "replies with bytes that are not a valid message",
+    "duplicate": "sends its result twice",
+    "stale": "also re-sends its previous step's result",
+    "disagree": "reports accepted+1 on its first item",
+    "bad-writes": "reports a write off its placement",
+    "drop-write": "reports a write but does not store it in its shard",
+}
+FORMAT = "RANK:KIND@STEP[+][:ARG]"
+POLICIES = ("abort", "restore", "recompute")     # what follows a failed step (recovery.py)
+
+
+@dataclass(frozen=True)
+class Fault:
+    rank: int | None          # None: every rank
+    kind: str
+    step: int
+    repeat: bool              # @STEP+: this step and every later one
+    arg: float | None = None
+    text: str = ""
+
+    def fires(self, step: int) -> bool:
+        return step == self.step or (self.repeat and step > self.step)
+
+    def applies_to(self, rank: int) -> bool:
+        return self.rank is None or self.rank == rank
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def parse_fault(text: str, world_size: int | None = None, source: str = "--fault") -> Fault:
+    """One fault spec; `source` says where it came from in errors (the flag, or the workload)."""
+    def bad(why: str) -> WorkloadError:
+        return WorkloadError(f"{source} {text!r}: {why} (want {FORMAT}, e.g. 1:crash@3 or all:delay@2+:0.5)")
+
+    rank_part, sep, rest = text.partition(":")
+    if not sep:
+        raise bad("no ':' after the rank")
+    if rank_part == "all":
+        rank = None
+    else:
+        try:
+            rank = int(rank_part)
+        except ValueError:
+            raise bad(f"rank {rank_part!r} is not an integer or 'all'") from None
+        if rank < 0 or (world_size is not None and rank >= world_size):
+            raise bad(f"rank {rank} is outside 0..{(world_size or 1) - 1}")
+    kind, at, when = rest.partition("@")
+    if not at:
+        raise bad("no '@STEP'")
+    if kind not in KINDS:
+        raise bad(f"unknown kind {kind!r}; kinds: {', '.join(KINDS)}")
+    step_part, _, arg_part = when.partition(":")
+    repeat = step_part.endswith("+")
+    try:
+        step = int(step_part.removesuffix("+"))
+    except ValueError:
+        raise bad(f"step {step_part!r} is not an integer") from None
+    if step < 0:
+        raise bad("step must be >= 0")
+    arg = None
+    if kind == "delay":
+        try:
+            arg = float(arg_part)
+        except ValueError:
+            raise bad("delay needs seconds, e.g. 1:delay@3:0.5") from None
+        if not 0 <= arg <= 3600:
+            raise bad("delay seconds must be within 0..3600")
+    elif arg_part:
+        raise bad(f"{kind} takes no argument")
+    return Fault(rank, kind, step, repeat, arg, text)
+
+
+def parse_faults(texts, world_size: int, workload_faults=()) -> list[Fault]:
+    """The workload's faults (named by their entry in 'faults') and the command line's."""
+    return ([parse_fault(t, world_size, f"workload 'faults' entry {i}")
+             for i, t in enumerate(workload_faults)]
+            + [parse_fault(t, world_size) for t in texts])
+
+
+# -- acting them out, on the rank ------------------------------------------------------------
+
+class Acting(Protocol):
+    """What a rank lends its faults: to stop answering for good, and to answer late."""
+
+    def hang(self) -> None: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+def _crash(fault: Fault, rank: Acting) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _exit(fault: Fault, rank: Acting) -> None:
+    os._exit(0)
+
+
+def _hang(fault: Fault, rank: Acting) -> None:
+    rank.hang()
+
+
+def _delay(fault: Fault, rank: Acting) -> None:
+    rank.sleep(fault.arg)
+
+
+def _disagree(outcomes: tuple, shard: SlotStore, num_pages: int) -> tuple:
+    if not outcomes:
+        return outcomes
+    return (outcomes[0]._replace(accepted=outcomes[0].accepted + 1),) + outcomes[1:]
+
+
+def _bad_writes(outcomes: tuple, shard: SlotStore, num_pages: int) -> tuple:
+    if not outcomes or not outcomes[0].writes:
+        return outcomes
+    first = outcomes[0]
+    moved = ((first.writes[0] + 1) % num_pages,) + first.writes[1:]
+    return (first._replace(writes=moved),) + outcomes[1:]
+
+
+def _drop_write(outcomes: tuple, shard: SlotStore, num_pages: int) -> tuple:
+    """Forget the last page-run the rank wrote (it still reports it)."""
+    for outcome in reversed(outcomes):
+        spans = list(page_spans(outcome.start_position, outcome.executed_tokens, outcome.writes,
+                                shard.page_size))
+        if spans:
+            page, position, offset, length = spans[-1]
+            shard.erase_run(page, outcome.request_id, position, offset, length)
+            break
+    return outcomes
+
+
+def _garble(frames: list[bytes]) -> list[bytes]:
+    return [b"\xc1\xc1 not a message \xc1"]
+
+
+BEFORE = {"crash": _crash, "exit": _exit, "hang": _hang, "delay": _delay}   # before executing
+OUTCOMES = {"drop-write": _drop_write, "disagree": _disagree, "bad-writes": _bad_writes}
+FRAMES = {"garble": _garble}                                                # what is sent
+AGAIN = {"duplicate", "stale"}                                              # sent once more
+
+
+class FaultPlan:
+    """One rank's faults, acted out around each step it executes."""
+
+    def __init__(self, faults: list[Fault]):
+        self.faults = faults
+        self.previous: list[bytes] | None = None      # the last result sent (for `stale`)
+
+    def firing(self, step: int) -> dict[str, Fault]:
+        return {f.kind: f for f in self.faults if f.fires(step)} if self.faults else {}
+
+    def before(self, firing: dict[str, Fault], rank: Acting) -> None:
+        for kind, act in BEFORE.items():
+            if kind in firing:
+                act(firing[kind], rank)
+
+    def outcomes(self, firing: dict[str, Fault], outcomes: tuple, shard: SlotStore, num_pages: int) -> tuple:
+        for kind, tamper in OUTCOMES.items():
+            if kind in firing:
+                outcomes = tamper(outcomes, shard, num_pages)
+        return outcomes
+
+    def frames(self, firing: dict[str, Fault], frames: list[bytes]) -> list[bytes]:
+        for kind, tamper in FRAMES.items():
+            if kind in firing:
+                frames = tamper(frames)
+        return frames
+
+    def sends(self, firing: dict[str, Fault], frames: list[bytes]) -> list[list[bytes]]:
+        """What goes out for a step: its frames, and what the faults add after them."""
+        out = [frames]
+        if "duplicate" in firing:
+            out.append(frames)
+        if "stale" in firing and self.previous is not None:
+            out.append(self.previous)
+        self.previous = frames
+        return out

@@ -1,0 +1,86 @@
+"""The rank worker's command line: `inferris-dist worker` / `python -m inferris_dist.rank`.
+
+Two ways to start one: spawned by `inferris-dist launch` on this host (`--parent-pid`: the run
+secret on stdin), or by anyone else (a cluster's launcher) for a `launch --listen` scheduler:
+rank, world size and address from flags or the launcher's environment (placement), CURVE keys
+from `--keys DIR`. The argument types are the ones the scheduler's command line uses.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+from inferris_dist.protocol.keys import ClientKeys, KeyFileError
+from inferris_dist.protocol.limits import int_arg, seconds_arg
+from inferris_dist.protocol.placement import PlacementError, digits_arg, place
+from inferris_dist.rank.worker import EXIT_USAGE, Worker, die_with_parent, fail
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        fail(f"inferris-dist worker: {message}", EXIT_USAGE)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _Parser(prog="inferris-dist worker",
+                 description="A rank worker. Started by `inferris-dist launch` on this host, or "
+                             "by anyone (a cluster launcher: mpiexec, srun, torchrun, a Kubernetes "
+                             "indexed Job) for a scheduler started with `launch --listen`.")
+    ap.add_argument("--rank", type=digits_arg, help="this worker's rank (default: from the launcher's "
+                    "environment: RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, "
+                    "JOB_COMPLETION_INDEX)")
+    ap.add_argument("--world-size", type=digits_arg, help="number of ranks (default: WORLD_SIZE, "
+                    "SLURM_NTASKS, OMPI_COMM_WORLD_SIZE, PMI_SIZE)")
+    ap.add_argument("--connect", metavar="tcp://HOST:PORT",
+                    help="the scheduler's address (default: tcp://$MASTER_ADDR:$MASTER_PORT)")
+    ap.add_argument("--keys", metavar="DIR", help="CURVE key directory (from `inferris-dist keys`): "
+                    "scheduler.key and this rank's rank-R.key_secret")
+    ap.add_argument("--join-timeout", type=seconds_arg, default=60.0, metavar="SECONDS",
+                    help="how long to wait for the scheduler to take us in (default 60)")
+    ap.add_argument("--parent-pid", type=int_arg, help=argparse.SUPPRESS)     # spawned by launch
+    ap.add_argument("--death-signal", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN if args.parent_pid else signal.SIG_DFL)
+    if args.parent_pid is not None:
+        return _spawned(args)
+    try:
+        where = place(args.rank, args.world_size, args.connect, os.environ)
+        keys = ClientKeys.load(args.keys, where.rank) if args.keys else None
+    except (PlacementError, KeyFileError) as e:
+        fail(f"inferris-dist worker: {e}", EXIT_USAGE)
+    sys.stderr.write(f"inferris-dist worker: {where.line()}"
+                     f"{', CURVE keys from ' + args.keys if keys else ', no keys (plaintext)'}\n")
+    sys.stderr.flush()
+    worker = Worker(where.rank, where.world_size, where.address, None, keys=keys)
+    try:
+        worker.handshake(args.join_timeout)
+        worker.serve()
+    finally:
+        worker.close()
+    return 0
+
+
+def _spawned(args) -> int:
+    if args.rank is None or args.world_size is None or not args.connect:
+        fail("inferris-dist worker: --parent-pid needs --rank, --world-size and --connect", EXIT_USAGE)
+    die_with_parent(args.parent_pid, args.death_signal)
+    line = sys.stdin.readline().strip()
+    try:
+        secret = bytes.fromhex(line)
+    except ValueError:
+        secret = b""
+    if not secret:
+        fail(f"rank {args.rank}: no run secret on stdin")
+    worker = Worker(args.rank, args.world_size, args.connect, args.parent_pid, secret)
+    try:
+        worker.handshake()
+        worker.serve()
+    finally:
+        worker.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,546 @@
+"""The channel: the scheduler's socket, and who is rank R on it.
+
+The channel owns the ROUTER socket (and, with CURVE, the gate that checks
+every key before a byte gets through) and the membership: for each rank the
+member that holds it, the epoch it joined in, how it proved itself (the run
+secret of a worker we spawned, or the CURVE key of one someone else started),
+its pid and host. How members come to be (spawned here, or started by a
+cluster's launcher) is not the channel's business: admission checks them in,
+the process group drives steps over the channel.
+
+Every exchange goes through here (a step's PLAN and RESULTs, the audit's
+AUDIT and SHARDs, the handshake's waits). Replies of another epoch or step
+are stale and a second one from a rank is a duplicate: both are counted and
+noted, never used. A reply that does not decode, or names another rank than
+its sender, is a protocol error blamed on the rank that sent it; a rank
+whose process exits (its sentinel) or whose connection closes is seen at
+once; one that stays silent is lost at the deadline. A member that leaves
+is retired, never re-admitted: if it speaks again it is told to exit.
+"""
+from __future__ import annotations
+
+import errno as _errno
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable
+
+import zmq
+
+from inferris_dist.engine import EngineError, RankLost
+from inferris_dist.observe.records import RankTotals, StepRecord, WireLog
+from inferris_dist.protocol import wire
+from inferris_dist.protocol.keys import ServerKeys
+from inferris_dist.protocol.wire import MsgType
+from inferris_dist.scheduler.gate import NOTED_PER_PEER, Gate, Refusals
+
+MAX_RETIRED = 256           # identities of former members remembered, to tell them to exit
+MAX_STRANGER_FRAMES = 4     # frames of a message from a non-member kept (the rest are dropped)
+MAX_MEMBER_FRAMES = 3       # a member's message: header, body, timing (more is a protocol error)
+HANDSHAKE_MS = 10_000       # a connection that has not finished ZeroMQ's handshake by then is closed
+
+
+@dataclass
+class Member:
+    """Who holds a rank: the connection, the epoch it joined in, and how it proved itself."""
+    rank: int
+    epoch: int
+    identity: bytes
+    proof: str              # "run secret" (spawned here) or "key rank-R" (CURVE)
+    pid: int
+    host: str
+    fd: int | None          # the connection's socket, to notice it closing
+    replaceable: bool       # started by someone else: if it goes during admission, wait for another
+
+
+class MachineFailure(EngineError):
+    """The machine said no mid-run (out of file descriptors, a full disk): the run ends
+    cleanly, with the error object, every worker stopped. Not the ranks' fault."""
+
+    kind = "MachineFailure"
+
+
+def machine_failure(e: OSError | zmq.ZMQError, what: str = "", step: int | None = None) -> MachineFailure:
+    errno_ = getattr(e, "errno", None)
+    name = getattr(e, "filename", None)
+    text = getattr(e, "strerror", None) or str(e)
+    if errno_ in (_errno.EMFILE, _errno.ENFILE):
+        text = f"out of file descriptors ({text}; see ulimit -n)"
+    elif errno_ == _errno.ENOSPC:
+        text = f"{text} (the disk, or its inodes, is full: see df -h and df -i)"
+    elif errno_ == _errno.EAGAIN:
+        text = f"{text} (the system refused a process or thread: see ulimit -u)"
+    where = f"{name}: " if name else ""
+    return MachineFailure(f"{what + ': ' if what else ''}{where}{text}", step)
+
+
+@dataclass(frozen=True)
+class Meta:
+    """What the transport says of a message from a peer that is not a member yet."""
+    user_id: str            # "rank-R" when CURVE proved that rank's key; "" without CURVE
+    host: str
+    fd: int | None
+
+
+class RankChannel:
+    def __init__(self, world_size: int, step_timeout: float, wire_log: WireLog | None):
+        self.world_size = world_size
+        self.step_timeout = step_timeout
+        self.log = wire_log
+        self.epoch = 0
+        self.ctx: zmq.Context | None = None
+        self.sock: zmq.Socket | None = None
+        self.gate: Gate | None = None
+        self.address = ""
+        self.curve = False
+        self.timing = False             # ask the ranks for their own times (launch --timeline)
+        self.blamed: set[int] = set()   # ranks a failure was blamed on (not asked politely at the end)
+        self.members: dict[int, Member] = {}
+        self.rank_of: dict[bytes, int] = {}
+        self.retired: OrderedDict[bytes, tuple[int, int, str]] = OrderedDict()  # ident -> rank, epoch, why
+        self.sentinels: dict[int, int] = {}       # rank -> pidfd of a worker we spawned
+        self.explain: Callable[[int], str] = lambda rank: ""   # more on a rank that died
+        self.totals = {r: RankTotals() for r in range(world_size)}
+        self.refusals = Refusals()     # connections turned away at the door (gate), per address
+        self.turned_away = Refusals()  # messages from peers holding no rank, per peer
+        self.last_record: StepRecord | None = None
+        self._answered: dict[int, tuple[int, int]] = {}   # rank -> (epoch, step) last joined
+        self._dead: set[int] = set()                      # ranks whose process or connection ended
+        self._unlogged = None                             # (got, kind, step, record) of a gather
+        self._shed = 0                                    # connections the gate shed, once it is closed
+        self._poller = zmq.Poller()
+
+    # -- the socket --------------------------------------------------------------------
+
+    def open(self, bind: str, keys: ServerKeys | None, max_frame: int = wire.MAX_FRAME_BYTES) -> None:
+        """Bind the ROUTER at `bind` (tcp://HOST:PORT; port 0 picks one); CURVE with `keys`.
+        `max_frame`: the largest frame a rank of this run can need to send (ZeroMQ holds a
+        whole message before we see it: this bounds what one frame of it can cost)."""
+        self.ctx = zmq.Context()
+        self.gate = Gate(self.ctx, keys.rank_of_key if keys is not None else None, self.world_size)
+        sock = self.sock = self.ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, int(self.step_timeout * 1000))
+        sock.setsockopt(zmq.SNDTIMEO, 1000)
+        sock.setsockopt(zmq.MAXMSGSIZE, min(max_frame, wire.MAX_FRAME_BYTES))
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)    # a silent stranger is closed by then
+        if keys is not None:
+            self.gate.guard(sock, keys.public, keys.secret)
+            self.curve = True
+        if bind.startswith("tcp://["):
+            sock.setsockopt(zmq.IPV6, 1)          # an IPv6 address: tcp://[::1]:PORT
+        self.gate.watch(sock)
+        sock.bind(bind)
+        self.address = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._poller.register(sock, zmq.POLLIN)
+        for s in self.gate.sockets:
+            self._poller.register(s, zmq.POLLIN)
+
+    def close(self) -> None:
+        self.log_turned_away()
+        if self.gate is not None:                # the monitor first: never a stuck I/O thread
+            self._shed = self.gate.shed
+            self.gate.close()
+            self.gate = None
+        if self.sock is not None:
+            self.sock.close(linger=0)
+            self.sock = None
+        if self.ctx is not None and not self.ctx.closed:
+            self.ctx.term()
+
+    # -- membership --------------------------------------------------------------------
+
+    def admit(self, member: Member) -> None:
+        self.retire(member.rank, "replaced")
+        self.members[member.rank] = member
+        self.rank_of[member.identity] = member.rank
+        self._dead.discard(member.rank)
+        self.blamed.discard(member.rank)        # a new member, blameless
+        if self.gate is not None:
+            self.gate.proven(member.fd)
+        if self.log:
+            self.log.event("member", rank=member.rank, epoch=member.epoch, pid=member.pid,
+                           host=member.host if member.replaceable else "", proof=member.proof)
+
+    def retire(self, rank: int, why: str) -> Member | None:
+        """Rank `rank` has no member any more; its connection is remembered, to be told to exit."""
+        member = self.members.pop(rank, None)
+        if member is None:
+            return None
+        self.rank_of.pop(member.identity, None)
+        self.retired[member.identity] = (rank, member.epoch, why)
+        while len(self.retired) > MAX_RETIRED:
+            self.retired.popitem(last=False)
+        return member
+
+    def watch_process(self, rank: int, sentinel: int | None) -> None:
+        """Poll `sentinel` (a pidfd) to see rank `rank`'s process exit at once."""
+        old = self.sentinels.pop(rank, None)
+        if old is not None and rank not in self._dead:
+            self._poller.unregister(old)
+        self._dead.discard(rank)
+        if sentinel is not None:
+            self.sentinels[rank] = sentinel
+            self._poller.register(sentinel, zmq.POLLIN)
+
+    def unwatch_process(self, rank: int) -> None:
+        old = self.sentinels.pop(rank, None)
+        if old is not None and rank not in self._dead:
+            self._poller.unregister(old)
+        self._dead.discard(rank)
+
+    @property
+    def dead_ranks(self) -> set[int]:
+        return set(self._dead)
+
+    # -- receiving ---------------------------------------------------------------------
+
+    def gather(self, expect: MsgType, step: int, sent_at: dict[int, float],
+               record: StepRecord | None) -> dict[int, tuple[wire.Header, bytes]]:
+        """One reply of kind `expect` from every rank for `step`, or RankLost. The replies that
+        came before a failure are logged with it: the wire log holds every message that crossed."""
+        deadline = min(sent_at.values()) + self.step_timeout
+        got: dict[int, tuple[wire.Header, bytes]] = {}
+        self._unlogged = (got, expect, step, record)     # until logged, by log_replies or a loss
+        self._gather(got, expect, step, sent_at, record, deadline)
+        return got
+
+    def _gather(self, got, expect, step, sent_at, record, deadline) -> None:
+        while len(got) < self.world_size:
+            dead, messages = self.wait(deadline)
+            for frames, meta in messages:
+                self.take(frames, meta, expect, step, got, sent_at, record)
+            for rank in dead:
+                if rank not in got:
+                    raise self.lost(rank, step, "died", f"died before answering step {step}")
+            if len(got) < self.world_size and time.monotonic() >= deadline:
+                silent = sorted(set(range(self.world_size)) - set(got))
+                raise self.lost(silent[0], step, "timeout",
+                                f"gave no answer to step {step} within {self.step_timeout:g} s",
+                                also=silent[1:])
+
+    def take(self, frames, meta, expect, step, got, sent_at, record) -> None:
+        rank = self.rank_of.get(frames[0])
+        if rank is None:
+            return self.stranger(frames, meta)
+        timing = None
+        try:
+            if len(frames) == 4 and expect is MsgType.RESULT and self.timing:
+                timing = wire.decode_timing(frames.pop())     # beside the result, never part of it
+            if len(frames) != 3:
+                raise wire.WireError(f"a message of {len(frames) - 1} frame(s), not 2")
+            header = wire.decode_header(frames[1])
+        except wire.WireError as e:
+            raise self.lost(rank, step, "protocol", f"broke the protocol: {e}") from None
+        if header.rank != rank:
+            raise self.lost(rank, step, "protocol",
+                            f"broke the protocol: its message names rank {header.rank}")
+        current = header.type is expect and header.epoch == self.epoch and header.step == step
+        if rank in got or not current:
+            self.drop(rank, header, body=frames[2])
+            return
+        got[rank] = (header, frames[2])
+        totals = self.totals[rank]
+        totals.bytes_received += len(frames[2]) + len(frames[1])
+        if record is not None:
+            if timing is not None:
+                record.inside[rank] = timing
+            rtt = time.monotonic() - sent_at[rank]
+            record.rtt[rank] = rtt
+            record.result_bytes[rank] = len(frames[2])
+            totals.rtts.append(rtt)
+            totals.steps += 1
+
+    def stranger(self, frames: list[bytes], meta: Meta | None, during: str = "") -> bool:
+        """A message from a connection that holds no rank. A former member (or, with CURVE, a
+        worker proven to hold a rank's key, speaking from an older epoch) is told to exit; any
+        other peer gets no answer. Each peer's first few are noted in full, the rest counted:
+        a flood costs a counter, not memory or output. True if it was told to exit."""
+        ident = frames[0]
+        if ident in self.retired:
+            rank, epoch, why = self.retired[ident]
+            self.refuse(ident, f"rank {rank} of epoch {epoch} was {why}; the run is in epoch "
+                               f"{self.epoch}: exit", meta.host if meta else "")
+            return True
+        peer = peer_label(ident, meta)
+        if not self.turned_away.add(peer):
+            return False                                  # counted; noted often enough already
+        header = None
+        if len(frames) == 3:
+            try:
+                header = wire.decode_header(frames[1])
+            except wire.WireError:
+                pass
+        if (self.curve and header is not None and meta is not None and header.epoch < self.epoch
+                and header.type is not MsgType.HELLO and meta.user_id == f"rank-{header.rank}"):
+            self.tell(ident, f"rank {header.rank} of epoch {header.epoch} is no member: the run "
+                              f"is in epoch {self.epoch}: exit")
+            self.note(None, f"refused {peer}: rank {header.rank} of epoch {header.epoch} is no member")
+            return True
+        self.note(None, f"dropped a message from an unknown peer ({peer}){' ' + during if during else ''}")
+        return False
+
+    def drop(self, rank: int, header: wire.Header, when: str = "", body: bytes | None = None) -> None:
+        """Count and note a reply that is not joined: a duplicate of one already taken, or stale.
+        It crossed, so it is logged too (marked dropped), as it came."""
+        seen = self._answered.get(rank) == (header.epoch, header.step) or (
+            header.epoch == self.epoch and self.last_record is not None
+            and header.step == self.last_record.step and rank in self.last_record.rtt)
+        last = self.last_record
+        ahead = header.epoch > self.epoch or (
+            header.epoch == self.epoch and last is not None and header.step > last.step)
+        what = "duplicate" if seen else "future" if ahead else "stale"
+        self.totals[rank].dropped += 1
+        if self.totals[rank].dropped > NOTED_PER_PEER:
+            return                     # counted: a member gets the quota strangers get
+        if self.log and body is not None:
+            try:
+                decoded = wire.decode_body(header.type, body)
+            except wire.WireError as e:
+                decoded = {"undecodable": str(e)}
+            self.log.message("in", rank, header.epoch, header.step, header.type.name, len(body),
+                             decoded, dropped=what)
+        self.note(rank, f"dropped a {what} {header.type.name} from rank {rank} "
+                        f"(epoch {header.epoch}, step {header.step}){' ' + when if when else ''}")
+
+    def decode(self, rank: int | None, kind: MsgType, body: bytes, step: int):
+        try:
+            return wire.decode_body(kind, body)
+        except wire.WireError as e:
+            raise self.lost(rank, step, "protocol", f"sent a malformed {kind.name}: {e}") from None
+
+    def wait(self, deadline: float) -> tuple[list[int], list[tuple[list[bytes], Meta | None]]]:
+        """Messages that came, and ranks whose process or connection is gone, waiting at most
+        until `deadline`.
+
+        A sentinel stays readable once its process exits, so it is unregistered
+        the first time: a dead rank is remembered, not polled in a busy loop.
+        """
+        timeout = max(0.0, deadline - time.monotonic())
+        events = dict(self._poller.poll(int(timeout * 1000) + 1))
+        messages = []
+        if self.gate is not None:
+            if self.gate.zap is not None and self.gate.zap in events:
+                for peer, text in self.gate.answer_zap():
+                    if self.refusals.add(peer):
+                        self.note(None, text)
+            # Every wait, and before the messages: a connection's close is seen before a new
+            # connection that reuses its descriptor can be admitted under it.
+            self._monitor_events()
+        if self.sock in events:
+            while (message := self._recv()) is not None:
+                messages.append(message)
+        for rank, fd in self.sentinels.items():
+            if rank not in self._dead and fd in events:
+                self._dead.add(rank)
+                self._poller.unregister(fd)
+        return sorted(r for r in self._dead if r in self.members or r in self.sentinels), messages
+
+    def _recv(self) -> tuple[list[bytes], Meta | None] | None:
+        """One whole message; a non-member's comes with what the transport knows of its sender."""
+        try:
+            ident = self.sock.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return None
+        if ident in self.rank_of:
+            frames = [ident]
+            while self.sock.getsockopt(zmq.RCVMORE):
+                if len(frames) <= MAX_MEMBER_FRAMES:
+                    frames.append(self.sock.recv())
+                else:
+                    self.sock.recv(copy=False)
+                    frames.append(b"")   # counted, not copied: a protocol error, blamed on the rank
+            return frames, None
+        frames, last = [ident], None
+        while self.sock.getsockopt(zmq.RCVMORE):
+            last = self.sock.recv(copy=False)
+            if len(frames) <= MAX_STRANGER_FRAMES:
+                frames.append(last.bytes)
+            else:
+                frames.append(b"")       # counted, not kept: the message is malformed anyway
+        if last is None:
+            return frames, Meta("", "", None)
+        return frames, Meta(_prop(last, "User-Id"), _prop(last, "Peer-Address"), _srcfd(last))
+
+    def _monitor_events(self) -> None:
+        for what, value in self.gate.monitor_events():
+            if what == "accept-failed" and value in (_errno.EMFILE, _errno.ENFILE):
+                # out of descriptors: strangers go first (a quarter of them), members stay
+                shed = self.gate.shed_oldest(max(1, len(self.gate.unproven) // 4))
+                if self.refusals.add("out of descriptors"):
+                    self.note(None, f"cannot accept connections: out of file descriptors "
+                                    f"({os.strerror(value)}); closed the {shed} oldest connection(s) "
+                                    f"that hold no rank")
+                continue
+            if what == "accept-failed":
+                continue
+            if what == "closed":
+                for rank, m in self.members.items():
+                    if m.fd == value and rank not in self._dead:
+                        self._dead.add(rank)
+                        m.fd = None
+            elif self.refusals.add("handshake"):
+                self.note(None, "refused a connection: its handshake failed "
+                                f"({_handshake_failure(what, value)})")
+
+    # -- sending -----------------------------------------------------------------------
+
+    def send(self, rank: int, kind: MsgType, step: int, body: bytes, decoded, *, quiet=False,
+             extra: tuple[bytes, ...] = ()) -> None:
+        header = wire.encode_header(kind, self.epoch, step, rank, self.world_size)
+        member = self.members.get(rank)
+        try:
+            self.sock.send_multipart([member.identity, header, body, *extra], zmq.NOBLOCK if quiet else 0)
+        except (zmq.ZMQError, AttributeError):
+            if quiet:
+                return
+            raise self.lost(rank, step, "unreachable", "cannot be reached") from None
+        self.totals[rank].bytes_sent += len(header) + len(body)
+        self.log_message("out", rank, kind, step, len(body), decoded)
+
+    def refuse(self, ident: bytes, reason: str, host: str = "") -> None:
+        """Tell a peer why it is turned away (it exits), and note it: the first few times per
+        peer; after that it is only counted, and gets no answer."""
+        if not self.turned_away.add(peer_label(ident, None, host)):
+            return
+        self.note(None, f"refused a peer{' at ' + host if host else ''}: {reason}")
+        self.tell(ident, reason)
+
+    def tell(self, ident: bytes, reason: str) -> None:
+        """REFUSED with `reason` to one connection (it exits), not noted."""
+        try:
+            self.sock.send_multipart(
+                [ident, wire.encode_header(MsgType.REFUSED, self.epoch, 0, -1, self.world_size),
+                 wire.encode_body(MsgType.REFUSED, (reason,))], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+
+    # -- saying what happened ----------------------------------------------------------
+
+    def lost(self, rank: int | None, step: int, reason: str, what: str, also=()) -> RankLost:
+        """A RankLost blamed on `rank` (and the ranks `also`; None: every rank alike), logged."""
+        detail = ""
+        if rank is not None and reason in ("died", "unreachable"):
+            detail = self.explain(rank)
+            if not detail and rank in self.members and rank in self._dead:
+                detail = " (its connection closed)"
+        who = ("every rank" if rank is None else f"rank {rank}" if not also
+               else "ranks " + ", ".join(map(str, (rank, *also))))
+        message = f"{who} {what}{detail}"
+        if self.last_record is not None and self.last_record.step == step:
+            self.last_record.verdict = f"{who} lost ({reason})"
+        ranks = tuple(range(self.world_size)) if rank is None else (rank, *also)
+        self.blamed.update(ranks)
+        step = None if step < 0 else step
+        self.log_replies({})          # what did come back for the failed attempt, first
+        if self.log:
+            self.log.event("rank-lost", rank=rank, ranks=list(ranks), step=step, epoch=self.epoch,
+                           reason=reason, message=message)
+        return RankLost(message, step=step, rank=rank, epoch=self.epoch, reason=reason, ranks=ranks)
+
+    def turned_away_summary(self) -> str | None:
+        """One line for the end of the run: what peers holding no rank sent beyond the notes."""
+        extra = self.turned_away.unnoted()
+        gate = self.refusals.total
+        shed = self.gate.shed if self.gate is not None else self._shed
+        if not (extra or gate or shed or any(t.dropped > NOTED_PER_PEER for t in self.totals.values())):
+            return None
+        parts = []
+        if extra:
+            parts.append(f"{sum(extra.values())} more message(s) from {len(extra)} peer(s) holding no "
+                         f"rank were dropped unanswered (each peer's first {NOTED_PER_PEER} noted above)")
+        if gate:
+            parts.append(f"{gate} connection(s) refused at the door")
+        members = {r: t.dropped - NOTED_PER_PEER for r, t in self.totals.items()
+                   if t.dropped > NOTED_PER_PEER}
+        if members:
+            who = ", ".join(f"rank {r}: {n}" for r, n in sorted(members.items())[:16])
+            parts.append(f"{sum(members.values())} more reply(ies) not joined (stale, future or duplicate) "
+                         f"were dropped unnoted ({who}; each rank's first {NOTED_PER_PEER} noted above)")
+        if shed:
+            parts.append(f"{shed} connection(s) holding no rank closed to keep descriptors for the members")
+        return "; ".join(parts)
+
+    def log_turned_away(self) -> None:
+        """The counts behind the notes, once, in the wire log (it grows with the run, not with
+        whoever floods us)."""
+        members = {str(r): t.dropped for r, t in self.totals.items() if t.dropped > NOTED_PER_PEER}
+        if self.log and (self.turned_away.count or self.refusals.count or members):
+            self.log.event("turned-away", messages=dict(list(self.turned_away.count.items())[:64]),
+                           connections=dict(list(self.refusals.count.items())[:64]),
+                           member_replies_dropped=members)
+
+    def note(self, rank: int | None, text: str) -> None:
+        if self.last_record is not None:
+            self.last_record.notes.append(text)
+        if self.log:
+            self.log.event("note", rank=rank, epoch=self.epoch, text=text)
+
+    def log_message(self, direction: str, rank: int, kind: MsgType, step: int, num_bytes: int,
+                    body) -> None:
+        if self.log:
+            self.log.message(direction, rank, self.epoch, step, kind.name, num_bytes, body)
+
+    def log_replies(self, decoded: dict[int, object]) -> None:
+        """Log the replies of the last gather, once: `decoded` by rank where the caller decoded
+        them (the others are decoded here, for the log only)."""
+        pending, self._unlogged = self._unlogged, None
+        if pending is None or not self.log:
+            return
+        got, kind, step, record = pending
+        came = (lambda r: record.sent[r] + record.rtt[r]) if record is not None else (lambda r: r)
+        for r in sorted(got, key=came):             # in the order they came
+            self.log_reply(r, kind, step, got[r][1], decoded.get(r), record)
+
+    def log_reply(self, rank: int, kind: MsgType, step: int, body: bytes, decoded,
+                  record: StepRecord | None) -> None:
+        """A reply that crossed, at the time it came: for a RESULT also when its plan went
+        out, the round trip, and the rank's own times. `decoded` None: decoded here for the
+        log only (a reply of a failed attempt; one that does not decode is logged as such)."""
+        if not self.log:
+            return
+        if decoded is None:
+            try:
+                decoded = wire.decode_body(kind, body)
+            except wire.WireError as e:
+                decoded = {"undecodable": str(e)}
+        extra = {}
+        t = None
+        if record is not None and rank in record.rtt:
+            sent, rtt = record.sent[rank], record.rtt[rank]
+            t = sent + rtt
+            extra = {"sent": round(sent, 6), "rtt": round(rtt, 6)}
+            if rank in record.inside:
+                extra["inside"] = [round(x, 6) for x in record.inside[rank]]
+        self.log.message("in", rank, self.epoch, step, kind.name, len(body), decoded, t=t, **extra)
+
+
+def peer_label(ident: bytes, meta: Meta | None, host: str = "") -> str:
+    """A peer as counted and noted: its connection's routing id, and its address if known."""
+    host = host or (meta.host if meta is not None else "")
+    return f"peer {ident.hex()}{' at ' + host if host else ''}"
+
+
+def _prop(frame: zmq.Frame, name: str) -> str:
+    try:
+        return frame.get(name)
+    except zmq.ZMQError:
+        return ""
+
+
+def _srcfd(frame: zmq.Frame) -> int | None:
+    try:
+        return int(frame.get(zmq.SRCFD))
+    except (zmq.ZMQError, ValueError, TypeError):
+        return None
+
+
+def _handshake_failure(what: str, code: int) -> str:
+    if what == "protocol":
+        if code == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+            return "it does not speak CURVE: a plaintext peer"
+        return f"ZMTP protocol error {code:#x}"
+    return (f"the connection closed mid-handshake: {os.strerror(code)}; a plaintext peer, "
+            f"or one that does not hold this scheduler's public key")

@@ -1,0 +1,365 @@
+"""ProcessGroup: the engine's executor seam on N real worker processes.
+
+Each step the plan is encoded once and sent to every rank over the channel;
+the group gathers one RESULT per rank under the step deadline (a death or a
+closed connection is seen at once, not at the deadline), then joins the N
+answers with engine's exact-agreement rule. Lockstep: `execute` returns (or
+raises) before the next plan can go out.
+
+The group holds a channel (the socket and who is rank R on it) and a way of
+getting members: workers it spawns on this host (the default), or workers
+someone else starts that join at `listen` (across hosts, with CURVE keys).
+Admission (handshake.py) checks either kind in; after that they are alike.
+"""
+from __future__ import annotations
+
+import resource
+import secrets
+import signal
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Callable, Sequence
+
+from inferris_dist.engine import (
+    EngineError,
+    ExecutionPlan,
+    ExecutionResult,
+    RankExecutionResult,
+    Workload,
+    WorkloadError,
+    join,
+)
+from inferris_dist.engine.errors import ShardDivergence
+from inferris_dist.engine.group import accept_scripts
+from inferris_dist.engine.shard import SlotStore, first_mismatch
+from inferris_dist.launcher import Template, make_run_dir, remove_run_dir
+from inferris_dist.observe.records import StepRecord, WireLog
+from inferris_dist.protocol import wire
+from inferris_dist.protocol.faults import Fault
+from inferris_dist.protocol.keys import ServerKeys
+from inferris_dist.protocol.wire import MsgType
+from inferris_dist.scheduler.channel import MachineFailure, RankChannel
+from inferris_dist.scheduler.gate import DESCRIPTORS_PER_RANK, raise_descriptor_limit
+from inferris_dist.scheduler.handshake import Admission
+from inferris_dist.scheduler.members import External, Spawned
+
+LOOPBACK = "tcp://127.0.0.1"
+LOCAL = "local"          # a unix socket in a private directory of ours (mode 0700), never TCP
+DESCRIPTORS_BASE = 48   # ZeroMQ's context and sockets, the template, our files and standard streams
+MAX_IPC_PATH = 100       # sun_path holds 108 bytes
+
+
+class ProcessGroup:
+    def __init__(self, workload: Workload, world_size: int | None = None, *,
+                 step_timeout: float = 10.0, start_timeout: float = 20.0,
+                 faults: Sequence[Fault] = (), wire_log: WireLog | None = None,
+                 bind: str = LOCAL, listen: str | None = None, keys: ServerKeys | None = None,
+                 join_timeout: float = 60.0, rejoin_timeout: float = 30.0,
+                 on_waiting: Callable[[str, list[int], float, bool], None] | None = None,
+                 use_template: bool = True):
+        cfg = workload.config
+        self.world_size = world_size or cfg.world_size
+        self.channel = RankChannel(self.world_size, step_timeout, wire_log)
+        self.log = wire_log
+        check_fits(workload)
+        self.max_frame = frame_cap(workload)
+        self.num_pages, self.page_size = cfg.num_pages, cfg.page_size
+        self.accept_scripts = accept_scripts(workload)
+        self.start_timeout = start_timeout
+        self.faults = list(faults)
+        self.unfired = list(self.faults)   # faults whose step no plan has reached yet
+        self.bind = bind
+        self.listen = listen
+        self.keys = keys
+        self.secret = secrets.token_bytes(32)
+        self.attempts: deque[StepRecord] = deque(maxlen=64)   # since take_attempts()
+        self.log_dir: Path | None = None
+        if listen is None:
+            self.members = None           # Spawned, made in start() with the log directory
+        else:
+            self.members = External(self.channel, keys, join_timeout, rejoin_timeout, on_waiting)
+        self._join_timeout = join_timeout
+        self.use_template = use_template
+        self.descriptors: tuple[int, int] | None = None   # (soft, hard) limit, when we raised it
+
+    # what the channel knows, as the group's own
+    address = property(lambda self: self.channel.address)
+    epoch = property(lambda self: self.channel.epoch)
+    totals = property(lambda self: self.channel.totals)
+    last_record = property(lambda self: self.channel.last_record)
+
+    @property
+    def external(self) -> bool:
+        return self.listen is not None
+
+    @property
+    def rank_pids(self) -> dict[int, list[int]]:
+        return self.members.pids if self.members is not None else {r: [] for r in range(self.world_size)}
+
+    @property
+    def pids_started(self) -> list[int]:
+        return self.members.pids_started if self.members is not None else []
+
+    @property
+    def workers(self) -> dict:
+        """The worker processes we spawned, by rank (none when members join from outside)."""
+        return getattr(self.members, "workers", {})
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def __enter__(self) -> "ProcessGroup":
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        self.descriptors = raise_descriptor_limit()        # strangers may knock: room for them
+        self._check_descriptors()
+        if self.listen is None:
+            self.log_dir = make_run_dir()
+            template = None
+            if self.use_template:
+                template = Template("inferris_dist.rank.cli", self.log_dir, self.start_timeout)
+                try:
+                    template.start()
+                except OSError:
+                    template.close()
+                    template = None            # spawn each worker fresh instead
+            self.members = Spawned(self.channel, self.secret, self.log_dir, self.start_timeout, template)
+            self.channel.open(self._local_endpoint(), None, self.max_frame)
+        else:
+            self.channel.open(self.listen, self.keys, self.max_frame)
+        self._admit(range(self.world_size), shard=[], step=-1)
+
+    def _check_descriptors(self) -> None:
+        """Refuse to start a run the descriptor limit cannot hold (ZeroMQ aborts the whole
+        process when it runs out mid-way): each rank costs us a connection, and for workers we
+        start a pidfd and a log; ZeroMQ's context, sockets and our files need some more."""
+        soft = self.descriptors[0]
+        need = DESCRIPTORS_BASE + DESCRIPTORS_PER_RANK * self.world_size
+        if soft != resource.RLIM_INFINITY and soft < need:
+            raise MachineFailure(f"a run of {self.world_size} rank(s) needs about {need} file descriptors; "
+                                 f"the limit is {soft} (hard {self.descriptors[1]}): raise it with "
+                                 f"ulimit -n {need}", None)
+
+    def _local_endpoint(self) -> str:
+        """Spawned workers connect over a unix socket only the run's owner can reach (the run
+        directory is 0700): no other user's process can even connect, let alone send.
+        Where the run directory is too deep for a socket path, the socket goes to a short
+        private directory of ours (removed with the run); without one, OSError. Never TCP,
+        which every local user can reach (only an explicit `bind` address is used as given)."""
+        from inferris_dist.launcher.rundir import socket_path
+        if self.bind != LOCAL:
+            return f"{self.bind}:0"
+        return f"ipc://{socket_path(self.log_dir, 's', MAX_IPC_PATH)}"
+
+    def _admit(self, ranks: Sequence[int], shard: list, step: int) -> list[int]:
+        """Admit members for `ranks`; during a restart (step >= 0) a member of another rank
+        lost while we wait is replaced in the same window. Returns every rank admitted."""
+        timeout, never_came = self.members.start(ranks)
+        also_lost = self._also_lost if step >= 0 else None
+        admission = Admission(self.channel, ranks, self.members,
+                              lambda rank: self._config(rank, shard, step), step, timeout, never_came,
+                              also_lost)
+        started = time.monotonic()
+        joined = False
+        try:
+            admission.run()
+            joined = True
+        finally:
+            if self.log and step >= 0 and self.external:
+                self.log.event("rejoin-wait", t=started, ranks=sorted(admission.ranks),
+                               dur=round(time.monotonic() - started, 6), joined=joined)
+        return sorted(admission.ranks)
+
+    def _also_lost(self, rank: int) -> None:
+        """A member lost while others are being replaced: say so, retire it, start (or wait
+        for) its replacement too, within the window already running."""
+        detail = self.channel.explain(rank) or " (its connection closed)"
+        text = f"rank {rank} was lost too while replacing others{detail}: replaced in the same window"
+        self.channel.note(rank, text)
+        if self.log:
+            self.log.event("rank-lost", rank=rank, ranks=[rank], step=None, epoch=self.epoch,
+                           reason="died", message=f"rank {rank} was lost while others were replaced{detail}")
+        with _interrupts_held():
+            self.members.retire([rank])
+        self.members.start([rank])
+
+    def _config(self, rank: int, shard: list, step: int) -> wire.Config:
+        faults = [f.text for f in self.faults
+                  if f.applies_to(rank) and (f.repeat or f.step > step)]   # one-shots fire once
+        return wire.Config(self.num_pages, self.page_size, self.accept_scripts, shard, faults)
+
+    def close(self) -> None:
+        """Stop every worker (politely, then by signal, for those we spawned) and release the
+        socket. Idempotent. Ctrl-C and SIGTERM wait until the workers are gone: a second
+        Ctrl-C must not leave orphans behind.
+        """
+        with _interrupts_held():
+            if self.members is not None:
+                self.members.close()
+            self.channel.close()
+            if self.log_dir is not None:
+                remove_run_dir(self.log_dir)
+                self.log_dir = None
+
+    def hosts_of(self, ranks: Sequence[int]) -> tuple[str, ...]:
+        """Where the members of `ranks` joined from (empty for workers we spawned)."""
+        if not self.external:
+            return ()
+        return tuple(self.channel.members[r].host if r in self.channel.members else "" for r in ranks)
+
+    def dead_ranks(self) -> set[int]:
+        """Ranks known to be gone (process exited or connection closed)."""
+        return self.channel.dead_ranks | self.members.dead()
+
+    def restart(self, ranks: Sequence[int], shard: list, step: int,
+                policy: str = "") -> tuple[list[int], list[int]]:
+        """Replace the members of `ranks` with new ones in a new epoch; returns their pids.
+
+        Spawned workers are killed and started afresh; members we did not start are
+        told to exit and we wait for replacements to join. Each new member starts
+        from `shard` (a snapshot of the control plane's pool, or [] for an empty
+        shard) and gets the faults not yet spent. A member of another rank lost
+        meanwhile is replaced too; returns the ranks replaced and their new pids.
+        """
+        self.channel.epoch += 1
+        with _interrupts_held():
+            self.members.retire(ranks)
+        if self.log:
+            self.log.event("restart", ranks=list(ranks), epoch=self.epoch, step=step,
+                           shard_pages=len(shard), policy=policy)
+        ranks = self._admit(ranks, shard, step)
+        return ranks, [self.channel.members[r].pid for r in ranks]
+
+    # -- the seam ----------------------------------------------------------------------
+
+    def execute(self, plan: ExecutionPlan) -> ExecutionResult:
+        if self.unfired:
+            self.unfired = [f for f in self.unfired if not f.fires(plan.step)]
+        body = wire.encode_body(MsgType.PLAN, plan)
+        channel = self.channel
+        record = channel.last_record = StepRecord(plan.step, self.epoch, len(body))
+        self.attempts.append(record)
+        sent_at = record.sent
+        extra = (wire.TIMING_PLEASE,) if channel.timing else ()
+        for rank in range(self.world_size):
+            sent_at[rank] = time.monotonic()
+            channel.send(rank, MsgType.PLAN, plan.step, body, plan, extra=extra)
+        got = channel.gather(MsgType.RESULT, plan.step, sent_at, record)
+        bodies = [got[r][1] for r in range(self.world_size)]
+        if all(b == bodies[0] for b in bodies):
+            blame = 0 if self.world_size == 1 else None      # the same bad bytes from every rank
+            outcomes = [channel.decode(blame, MsgType.RESULT, bodies[0], plan.step)] * self.world_size
+        else:
+            outcomes = [channel.decode(r, MsgType.RESULT, bodies[r], plan.step)
+                        for r in range(self.world_size)]
+        channel.log_replies(dict(enumerate(outcomes)))
+        results = [RankExecutionResult(got[r][0].rank, got[r][0].world_size, got[r][0].step, outcomes[r])
+                   for r in range(self.world_size)]
+        try:
+            joined = join(results, self.world_size, plan.step)
+        except EngineError as e:
+            e.epoch = self.epoch
+            record.verdict = e.kind
+            if self.log:
+                self.log.event("step-failed", kind=e.kind, ranks=list(e.ranks), step=plan.step,
+                               epoch=self.epoch, message=e.message)
+            raise
+        record.verdict = "joined"
+        for rank in range(self.world_size):
+            channel._answered[rank] = (self.epoch, plan.step)
+        return joined
+
+    def take_attempts(self) -> list[StepRecord]:
+        attempts = list(self.attempts)
+        self.attempts.clear()
+        return attempts
+
+    def audit(self, held: SlotStore, step: int) -> None:
+        """Every rank's shard must hold every slot the control plane's pool holds."""
+        channel = self.channel
+        channel.last_record = None           # the audit is not the step: its verdict stands
+        sent_at = {}
+        for rank in range(self.world_size):
+            sent_at[rank] = time.monotonic()
+            channel.send(rank, MsgType.AUDIT, step, wire.encode_body(MsgType.AUDIT, ()), ())
+        got = channel.gather(MsgType.SHARD, step, sent_at, None)
+        snapshots = {rank: channel.decode(rank, MsgType.SHARD, got[rank][1], step)
+                     for rank in range(self.world_size)}
+        channel.log_replies(snapshots)
+        for rank, snapshot in snapshots.items():
+            miss = first_mismatch(held, dict(snapshot))
+            if miss is not None:
+                page, offset, want, have = miss
+                err = ShardDivergence(
+                    f"rank {rank}'s shard diverges at page {page} offset {offset}: the pool holds "
+                    f"{_slot(want)}, the shard holds {_slot(have)}",
+                    step, rank=rank, epoch=self.epoch)
+                if self.log:
+                    self.log.event("audit-failed", rank=rank, step=step, epoch=self.epoch,
+                                   page=page, offset=offset, message=err.message)
+                raise err
+        if self.log:
+            self.log.event("audit", step=step, epoch=self.epoch)
+
+
+def frame_cap(workload: Workload) -> int:
+    """The largest frame a rank of this run can have a reason to send (its SHARD: every slot of
+    the pool in (request, base, mask) layers; its RESULT: every request's outcome and the
+    step's writes), generously, and at least 1 MiB: what one frame from a member may cost."""
+    cfg = workload.config
+    id_len = max((len(r.request_id.encode()) for r in workload.requests), default=1)
+    slot = id_len + 24 + (cfg.page_size + 7) // 8
+    shard = cfg.num_pages * min(cfg.page_size, len(workload.requests) + 1) * slot + 16 * cfg.num_pages
+    result = len(workload.requests) * (id_len + 64) + 16 * (cfg.max_step_tokens + cfg.num_pages)
+    return int(min(wire.MAX_FRAME_BYTES, max(1 << 20, 2 * (shard + result) + 4096)))
+
+
+def check_fits(workload: Workload) -> None:
+    """Refuse, as bad input, a workload whose messages the decoder's limits would refuse."""
+    cfg = workload.config
+    if (cfg.page_size + 7) // 8 > wire.MAX_STR_LEN:
+        raise WorkloadError(f"engine: 'page_size' {cfg.page_size} is too large for the wire "
+                            f"(at most {wire.MAX_STR_LEN * 8} slots a page)")
+    for r in workload.requests:
+        if len(r.request_id.encode()) > wire.MAX_STR_LEN:
+            raise WorkloadError(f"request {r.request_id[:20]!r}...: 'request_id' is longer than "
+                                f"the wire's {wire.MAX_STR_LEN} bytes")
+        script = r.accept_script or ()
+        if len(script) > wire.MAX_ARRAY_LEN or any(not -2**63 <= a < 2**63 for a in script):
+            raise WorkloadError(f"request {r.request_id!r}: 'accept_script' does not fit the wire "
+                                f"(at most {wire.MAX_ARRAY_LEN} 64-bit integers)")
+    entries = sum(len(r.accept_script or ()) for r in workload.requests)
+    if entries > wire.MAX_FRAME_BYTES // 16:       # big enough to matter: measure the CONFIG itself
+        size = len(wire.encode_body(MsgType.CONFIG, wire.Config(cfg.num_pages, cfg.page_size,
+                                                                accept_scripts(workload), [], [])))
+        if size > wire.MAX_FRAME_BYTES:
+            raise WorkloadError(f"the accept scripts ({entries:,} entries) make a CONFIG of {size:,} bytes, "
+                                f"over the wire's frame limit of {wire.MAX_FRAME_BYTES:,}: every rank "
+                                f"gets every script at start-up")
+
+
+class _interrupts_held:
+    """Hold SIGINT and SIGTERM (main thread only) until the block is done."""
+
+    def __enter__(self):
+        self.mask = None
+        if threading.current_thread() is threading.main_thread():
+            self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+    def __exit__(self, *exc):
+        if self.mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
+
+
+def _slot(slot) -> str:
+    return "nothing" if slot is None else f"({slot[0]}, {slot[1]})"

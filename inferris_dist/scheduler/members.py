@@ -1,0 +1,222 @@
+"""Two ways of getting members for a process group.
+
+- `Spawned`: fresh worker processes on this host, started by us, each proving
+  the run secret and its pid; we watch their pidfds and stop them at the end.
+- `External`: workers someone else starts (a cluster's launcher on other
+  hosts, or a person), each proving its rank's CURVE key (or nothing, on a
+  loopback address without keys); we can neither watch nor kill them, so we
+  keep them hearing from us, and tell them to exit when we are done or when
+  they are replaced.
+
+The group cannot tell the two kinds of member apart once admitted: both go
+through the same admission and the same channel.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from inferris_dist.launcher import Template, WorkerProcess, fork_workers, spawn_workers, stop_workers
+from inferris_dist.protocol import wire
+from inferris_dist.protocol.keys import ServerKeys
+from inferris_dist.protocol.wire import MsgType
+from inferris_dist.scheduler.channel import Meta, RankChannel
+from inferris_dist.scheduler.gate import user_id
+
+
+class Spawned:
+    proof = "run secret"
+    replaceable = False
+
+    def __init__(self, channel: RankChannel, secret: bytes, log_dir: Path, start_timeout: float,
+                 template: Template | None = None):
+        self.channel = channel
+        self.secret = secret
+        self.log_dir = log_dir
+        self.start_timeout = start_timeout
+        self.template = template          # forks workers that have imported already; else spawn
+        self.workers: dict[int, WorkerProcess] = {}
+        self.started: list[WorkerProcess] = []      # every worker ever started, restarts too
+        channel.explain = self.explain
+
+    def worker_args(self, rank: int, parent_pid: int, death_signal: bool) -> list[str]:
+        return (["--rank", str(rank), "--world-size", str(self.channel.world_size),
+                 "--connect", self.channel.address, "--parent-pid", str(parent_pid)]
+                + ["--death-signal"] * death_signal)
+
+    def argv(self, rank: int) -> list[str]:
+        """A fresh interpreter's command line; the parent-death signal follows the spawning
+        thread, so it is asked for only from the main one."""
+        main_thread = threading.current_thread() is threading.main_thread()
+        return [sys.executable, "-m", "inferris_dist.rank",
+                *self.worker_args(rank, os.getpid(), main_thread)]
+
+    def forked_argv(self, rank: int) -> list[str]:
+        """A forked worker's arguments: its parent is the template, which dies with us."""
+        return self.worker_args(rank, self.template.pid, True)
+
+    def start(self, ranks: Sequence[int]) -> tuple[float, str]:
+        """Start workers for `ranks`; the wait for their handshake, and what it means to miss it."""
+        started = None
+        if self.template is not None:
+            try:
+                started = fork_workers(self.template, self.forked_argv, self.secret, ranks, self.log_dir)
+            except OSError as e:
+                if e.filename is not None:
+                    raise                     # a file we could not make (a full disk): say so
+                self.template = None          # it is gone: start them the slow way from now on
+        if started is None:
+            started = spawn_workers(self.argv, self.channel.world_size, self.secret, ranks, self.log_dir)
+        for w in started:
+            self.workers[w.rank] = w
+            self.started.append(w)
+            self.channel.watch_process(w.rank, w.sentinel)
+        return self.start_timeout, f"did not finish the handshake within {self.start_timeout:g} s"
+
+    def vet(self, rank: int, header: wire.Header, hello: wire.Hello, meta: Meta) -> str | None:
+        if not wire.check_proof(self.secret, header, hello):
+            return f"claims rank {rank} without proof of the run secret"
+        if rank not in self.workers or hello.pid != self.workers[rank].pid:
+            return f"claims rank {rank} from pid {hello.pid}, not the worker we started"
+        return None
+
+    def dead(self) -> set[int]:
+        return {r for r, w in self.workers.items() if not w.alive()}
+
+    def explain(self, rank: int) -> str:
+        w = self.workers.get(rank)
+        if w is None:
+            return ""
+        if not w.wait(1.0):            # its connection may close a moment before it is reaped
+            return " (its connection closed; the process still runs)"
+        words = w.last_words()
+        return (f" ({w.exit_description()}" + (f"; its last words: {words}" if words else "")
+                + _resource_hint(words) + ")")
+
+    def retire(self, ranks: Sequence[int]) -> None:
+        """The old workers of `ranks` are killed, not asked: they are lost or not trusted."""
+        old = [self.workers.pop(r) for r in ranks if r in self.workers]
+        stop_workers(old, grace=0.0, term_wait=0.5)
+        for w in old:
+            self.channel.unwatch_process(w.rank)
+            self.channel.retire(w.rank, "stopped")
+
+    def close(self) -> None:
+        """Healthy workers are asked to stop and given a second; those a failure was blamed on
+        (dead, hung, lying) are not waited for: they get SIGTERM, then SIGKILL, at once."""
+        lost = [w for w in self.workers.values() if w.rank in self.channel.blamed or not w.alive()]
+        healthy = [w for w in self.workers.values() if w not in lost]
+        if lost:
+            stop_workers(lost, grace=0.0, term_wait=0.5)
+        if healthy:
+            stop_workers(healthy, polite=lambda: _send_stop(self.channel, [w.rank for w in healthy]),
+                         grace=1.0, term_wait=1.0)
+        self.workers = {}
+        if self.template is not None:
+            self.template.close()
+            self.template = None
+
+    @property
+    def pids(self) -> dict[int, list[int]]:
+        """Per rank, the pids of its workers, oldest first (a restart adds one)."""
+        out: dict[int, list[int]] = {r: [] for r in range(self.channel.world_size)}
+        for w in self.started:
+            out[w.rank].append(w.pid)
+        return out
+
+    @property
+    def pids_started(self) -> list[int]:
+        return [w.pid for w in self.started]
+
+    def still_running(self) -> list[int]:
+        """Pids of workers we started that still run (each judged by its own handle, not by
+        its pid, which the system may have given to another process since)."""
+        return [w.pid for w in self.started if w.alive()]
+
+
+class External:
+    replaceable = True
+
+    def __init__(self, channel: RankChannel, keys: ServerKeys | None, join_timeout: float,
+                 rejoin_timeout: float, on_waiting: Callable[[str, list[int], float, bool], None] | None):
+        self.channel = channel
+        self.keys = keys
+        self.proof = "CURVE key" if keys is not None else "nothing (plaintext on loopback)"
+        self.join_timeout = join_timeout
+        self.rejoin_timeout = rejoin_timeout
+        self.on_waiting = on_waiting
+        self.joined = False
+        self.pids: dict[int, list[int]] = {r: [] for r in range(channel.world_size)}
+        self.hosts: dict[int, list[str]] = {r: [] for r in range(channel.world_size)}
+
+    def start(self, ranks: Sequence[int]) -> tuple[float, str]:
+        """Nothing to start: say who we wait for, and for how long."""
+        rejoin = self.joined
+        timeout = self.rejoin_timeout if rejoin else self.join_timeout
+        if self.on_waiting is not None:
+            self.on_waiting(self.channel.address, list(ranks), timeout, rejoin)
+        self.joined = True
+        return timeout, f"{'did not rejoin' if rejoin else 'never joined'} within {timeout:g} s"
+
+    def vet(self, rank: int, header: wire.Header, hello: wire.Hello, meta: Meta) -> str | None:
+        if self.keys is not None and meta.user_id != user_id(rank):
+            held = meta.user_id or "no rank key"
+            return f"claims rank {rank} but holds the key of {held.replace('-', ' ')}"
+        self.pids[rank].append(hello.pid)
+        self.hosts[rank].append(meta.host)
+        return None
+
+    def dead(self) -> set[int]:
+        return set()
+
+    def retire(self, ranks: Sequence[int]) -> None:
+        """Replaced members are told to exit (now, or when a partition heals and they hear it)."""
+        for rank in ranks:
+            member = self.channel.members.get(rank)
+            if member is not None:
+                self.channel.retire(rank, "replaced")
+                reason = (f"rank {rank} of epoch {member.epoch} was replaced in epoch "
+                          f"{self.channel.epoch}: exit")
+                self.channel.note(rank, f"told the old member at {member.host or 'its address'} to exit "
+                                        f"(if it still hears us): {reason}")
+                self.channel.tell(member.identity, reason)
+
+    def close(self, wait: float = 2.0) -> None:
+        """STOP to every member, then wait (bounded) for their connections to close: the
+        socket drops what it has not sent when it closes."""
+        channel = self.channel
+        _send_stop(channel, list(channel.members))
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and not all(
+                r in channel.dead_ranks for r, m in channel.members.items() if m.fd is not None):
+            channel.wait(deadline)
+
+    @property
+    def pids_started(self) -> list[int]:
+        return []
+
+
+def _resource_hint(words: str) -> str:
+    """The limit behind a worker's last words, where they name a resource the system refused
+    (ZeroMQ aborts with the errno's text when it cannot start its I/O thread)."""
+    if "Resource temporarily unavailable" in words or "Cannot allocate memory" in words:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+        limit = "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
+        return (f"; the system refused a thread or process: likely the limit of processes per user "
+                f"(ulimit -u: {limit}) or memory")
+    if "Too many open files" in words:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return f"; out of file descriptors (ulimit -n: {soft})"
+    if "No space left on device" in words:
+        return "; the disk (or its inodes) is full: df -h, df -i"
+    return ""
+
+
+def _send_stop(channel: RankChannel, ranks: Sequence[int]) -> None:
+    for rank in ranks:
+        channel.send(rank, MsgType.STOP, 0, wire.encode_body(MsgType.STOP, ()), (), quiet=True)

@@ -1,0 +1,228 @@
+"""The engine on real processes, and what it does when a step fails there.
+
+A step whose execution fails (a rank lost, a protocol error, a
+GroupViolation or BoundaryViolation) has committed nothing: the control
+plane is exactly as it was when the plan went out. The policy decides what
+follows:
+
+- abort: stop, with the failure attributed (rank, step, epoch, kind).
+- restore: replace the lost rank (every rank, when none can be blamed) with a
+  fresh worker whose shard is rebuilt from the control plane's pool, move to
+  the next epoch and send the same plan again. The trace is unchanged.
+- recompute: replace it with an empty worker, as a real GPU rank would come
+  back; the control plane treats every page as lost and plans the step again.
+  The trace shows the preemptions; every request generates the same tokens.
+
+A shard that fails the audit is treated the same way. A fault that keeps
+coming back exhausts `max_restarts` and ends as abort does.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Iterator
+
+from inferris_dist.engine import (
+    BoundaryViolation,
+    Engine,
+    EngineError,
+    GroupViolation,
+    RankLost,
+    StepTrace,
+    Workload,
+)
+from inferris_dist.engine.errors import ShardDivergence
+from inferris_dist.protocol.faults import POLICIES
+from inferris_dist.scheduler.group import ProcessGroup
+
+RECOVERABLE = (RankLost, GroupViolation, BoundaryViolation, ShardDivergence)
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """One failure survived: what failed, and what was done about it."""
+    step: int
+    epoch: int             # the epoch that failed
+    kind: str
+    rank: int | None
+    message: str
+    policy: str
+    restarted: tuple[int, ...]
+    pids: tuple[int, ...]
+    shard_pages: int       # pages rebuilt into each new shard (0 for recompute)
+    preempted: tuple[str, ...] = ()
+    in_audit: bool = False  # found by the shard audit, between steps
+    hosts: tuple[str, ...] = ()   # where the replacements joined from (members we did not start)
+
+
+class DistributedEngine(Engine):
+    def __init__(self, workload: Workload, group: ProcessGroup, audit_every: int = 0,
+                 on_rank_loss: str = "abort", max_restarts: int = 3, rung: str = "full"):
+        super().__init__(workload, executor=group, rung=rung)
+        if on_rank_loss not in POLICIES:
+            raise ValueError(f"unknown policy {on_rank_loss!r}")
+        self.group = group
+        self.audit_every = audit_every
+        self.policy = on_rank_loss
+        self.max_restarts = max_restarts
+        self.num_restarts = 0
+        self.recoveries: list[Recovery] = []       # since take_recoveries()
+        self._preempted_between_steps: list[str] = []  # by a recompute after an audit: shown next step
+        self.timeline = None                       # a Timeline, to record where the time went
+        self._idle_from: int | None = None         # the first step of the idle stretch we are in
+
+    def run(self) -> Iterator[StepTrace]:
+        """The engine's own loop, with the shard audited every `audit_every` steps that
+        crossed the boundary, and always at the end."""
+        for trace in super().run():
+            yield trace
+            if (self._idle_from is None and self.audit_every and not self.done
+                    and (trace.step + 1) % self.audit_every == 0):
+                self.audit(trace.step)
+        self._end_idle()
+        self.audit(self.step_id - 1)
+
+    def idle_step(self) -> StepTrace:
+        """No plan crosses: the scheduler answers an empty one itself (one wire-log event per
+        stretch of such steps)."""
+        if self._idle_from is None:
+            self._idle_from = self.step_id
+        return super().idle_step()
+
+    def _end_idle(self) -> None:
+        if self._idle_from is not None and self.group.log:
+            self.group.log.event("idle", first=self._idle_from, last=self.step_id - 1,
+                                 text="empty plans, answered by the scheduler: no round trip")
+        self._idle_from = None
+
+    def take_recoveries(self) -> list[Recovery]:
+        recoveries, self.recoveries = self.recoveries, []
+        return recoveries
+
+    def step(self) -> StepTrace:
+        self._end_idle()
+        log = self.group.log
+        clock = self._phase if (self.timeline is not None or log) else _no_span
+        with clock("prepare", self.step_id):
+            prepared = self.prepare()
+        if self._preempted_between_steps:
+            prepared = prepared._replace(preempted=self._preempted_between_steps + prepared.preempted)
+            self._preempted_between_steps = []
+        while True:
+            try:
+                try:
+                    with clock("execute", prepared.step):
+                        result = self.group.execute(prepared.plan)
+                finally:
+                    record = self.group.last_record
+                    if record is not None and record.step == prepared.step:
+                        if self.timeline is not None:
+                            self.timeline.attempt(record)
+                        if log:
+                            log.event("attempt", step=record.step, epoch=record.epoch,
+                                      verdict=record.verdict or "failed", plan_bytes=record.plan_bytes)
+                with clock("commit", prepared.step):
+                    trace = self.commit(prepared, result)
+                if log:
+                    self._log_step(trace)
+                return trace
+            except RECOVERABLE as err:
+                err.step = prepared.step
+                if err.epoch is None:
+                    err.epoch = self.group.epoch
+                with clock("recover", prepared.step):
+                    prepared = self._recover(err, prepared)
+
+    @contextmanager
+    def _phase(self, phase: str, step: int):
+        """A scheduler phase, timed: a span on the timeline and a `phase` event in the wire log."""
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            took = time.monotonic() - start
+            if self.timeline is not None:
+                self.timeline.add_span("scheduler", f"{phase} {step}", start, took)
+            if self.group.log:
+                self.group.log.event("phase", t=start, phase=phase, step=step, dur=round(took, 6))
+
+    def _log_step(self, trace: StepTrace) -> None:
+        """The committed step in the wire log: its trace and the counters after it (what a
+        page draws without re-running the engine)."""
+        from inferris_dist.observe.metrics import step_counters
+        self.group.log.event("step", step=trace.step, epoch=self.group.epoch,
+                             trace=self.trace_json(trace), counters=step_counters(self, trace))
+
+    def audit(self, step: int) -> None:
+        """Every rank's shard against the pool; a divergent rank is recovered like a lost one."""
+        while True:
+            try:
+                return self.group.audit(self.pool.slots, step)
+            except RECOVERABLE as err:
+                self._recover(err, None)
+
+    def _recover(self, err: EngineError, prepared):
+        """Restart what failed. The budget counts recoveries: one recovery may try again when
+        a replacement we started dies on the way up (within the same budget of tries), but a
+        window that passes without a replacement joining ends the run, naming the first loss."""
+        if self.policy == "abort":
+            raise err
+        if self.num_restarts >= self.max_restarts:
+            err.message += (f" (gave up after {self.num_restarts} restarts, "
+                            f"--max-restarts {self.max_restarts})")
+            raise err
+        self.num_restarts += 1
+        first, tries = err, 0
+        while True:
+            tries += 1
+            try:
+                return self._restart_after(err, prepared)
+            except RankLost as again:           # the replacement did not come up
+                if again.step is None:
+                    again.step = first.step
+                if tries >= max(1, self.max_restarts) or (again.reason == "timeout" and self.group.external):
+                    again.message += (f"; replacing after the first loss, {first.kind} at step "
+                                      f"{first.step}, epoch {first.epoch}: {first.message}")
+                    raise again from None
+                err = again
+
+    def _restart_after(self, err: EngineError, prepared):
+        blamed = isinstance(err, (RankLost, ShardDivergence)) and err.rank is not None
+        if blamed:
+            # every rank found dead by now goes too: a fault on all ranks is one recovery, not N
+            ranks = sorted({*err.ranks} | self.group.dead_ranks())
+        else:
+            ranks = list(range(self.group.world_size))
+        failed_epoch = self.group.epoch
+        step = prepared.step if prepared is not None else err.step
+        preempted: list[str] = []
+        if self.policy == "restore":
+            shard = self.pool.slots.snapshot()
+            ranks, pids = self.group.restart(ranks, shard, step, self.policy)
+            pages = len(shard)
+        else:
+            ranks, pids = self.group.restart(ranks, [], step, self.policy)
+            pages = 0
+            if prepared is not None:
+                before = set(prepared.preempted)
+                prepared = self.replan_without_pages(prepared)
+                preempted = [r for r in prepared.preempted if r not in before]
+            else:
+                preempted = self.drop_all_pages()
+                self._preempted_between_steps += preempted
+        self.recoveries.append(Recovery(step, failed_epoch, err.kind, err.rank, err.message,
+                                        self.policy, tuple(ranks), tuple(pids), pages,
+                                        tuple(preempted), in_audit=prepared is None,
+                                        hosts=self.group.hosts_of(ranks)))
+        if self.timeline is not None:
+            self.timeline.instant(f"{self.policy}: {err.kind}", step=step, epoch=failed_epoch,
+                                  ranks=list(ranks), message=err.message)
+        return prepared
+
+
+_NOTHING = nullcontext()
+
+
+def _no_span(phase: str, step: int):
+    return _NOTHING
