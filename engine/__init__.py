@@ -17,6 +17,7 @@ from .errors import (
     EngineError,
     GroupViolation,
     Irreducible,
+    MachineFailure,
     NeverFits,
     OutOfPages,
     RankLost,
@@ -53,7 +54,8 @@ def __getattr__(name: str):
 __all__ = [
     "BoundaryViolation", "CACHE", "Engine", "EngineConfig", "EngineError", "ExecutionPlan",
     "ExecutionResult", "FinishReason", "GroupViolation", "Irreducible", "ItemOutcome",
-    "LocalGroup", "NeverFits", "OutOfPages", "PagePool", "PlanItem", "PreparedStep", "RankExecutionResult",
+    "LocalGroup", "MachineFailure", "NeverFits", "OutOfPages", "PagePool", "PlanItem", "PreparedStep",
+    "RankExecutionResult",
     "RUNGS", "RankExecutor", "RankLost", "Request", "Rung", "RequestSpec", "SampleResult", "State",
     "StepTrace",
     "Workload", "WorkloadError", "accept_scripts", "expand_placements", "join", "load_workload",

@@ -86,3 +86,11 @@ class RankLost(EngineError):
         out = super().to_json()
         out["reason"] = self.reason
         return out
+
+
+class MachineFailure(EngineError):
+    """The machine said no (out of file descriptors, a full disk, a process limit): not the
+    engine's fault nor a rank's. The run ends cleanly, with the error object, every worker
+    stopped; or, when only an output file failed, after the run's own output."""
+
+    kind = "MachineFailure"

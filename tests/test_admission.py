@@ -33,6 +33,7 @@ from inferris_dist.scheduler.gate import NOTED_PER_PEER
 from inferris_dist.scheduler.group import ProcessGroup
 from inferris_dist.scheduler.handshake import Admission
 from inferris_dist.scheduler.members import Spawned
+from inferris_dist.scheduler.options import LaunchOptions
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -290,11 +291,11 @@ def settle(channel, want: int, timeout: float = 10.0) -> int:
     """Read what peers holding no rank sent until `want` of their messages are counted (or the
     deadline passes); the count. A condition with a deadline, not a sleep."""
     deadline = time.monotonic() + timeout
-    while sum(channel.turned_away.count.values()) < want and time.monotonic() < deadline:
+    while sum(channel.gate.turned_away.count.values()) < want and time.monotonic() < deadline:
         _, messages = channel.wait(min(deadline, time.monotonic() + 0.05))
         for frames, meta in messages:
             channel.stranger(frames, meta)
-    return sum(channel.turned_away.count.values())
+    return sum(channel.gate.turned_away.count.values())
 
 
 def refusal(sock, timeout_s: float) -> str | None:
@@ -429,7 +430,7 @@ def start_in_thread(group: ProcessGroup, stay: threading.Event | None):
 
 def test_a_few_hostile_frames_do_not_stall_the_handshake(zctx):
     workload = golden("demo").with_config(world_size=2)
-    group = ProcessGroup(workload, 2)
+    group = ProcessGroup(workload, LaunchOptions(world_size=2))
     stay = threading.Event()
     thread, done, outcome = start_in_thread(group, stay)
     try:
@@ -449,7 +450,7 @@ def test_a_few_hostile_frames_do_not_stall_the_handshake(zctx):
 
 def test_workers_outlive_the_thread_that_started_them():
     workload = golden("demo").with_config(world_size=2)
-    group = ProcessGroup(workload, 2)
+    group = ProcessGroup(workload, LaunchOptions(world_size=2))
     try:
         thread, done, outcome = start_in_thread(group, stay=None)
         assert done.wait(25) and type(outcome[0]) is float, outcome

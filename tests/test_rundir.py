@@ -152,9 +152,10 @@ def test_a_launch_under_a_long_tmpdir_listens_on_no_tcp_port(tmp_path, procs):
 
 def test_a_process_group_under_a_long_tmpdir_binds_a_short_private_socket(tmp_path, monkeypatch):
     from inferris_dist.scheduler.group import ProcessGroup
+    from inferris_dist.scheduler.options import LaunchOptions
     monkeypatch.setattr(tempfile, "tempdir", str(long_dir(tmp_path)))
     workload = demo()
-    with ProcessGroup(workload, 2) as group:
+    with ProcessGroup(workload, LaunchOptions(world_size=2)) as group:
         assert group.address.startswith("ipc://"), group.address
         path = group.address[len("ipc://"):]
         assert len(path) <= 100
@@ -240,9 +241,10 @@ def test_a_live_runs_directory_survives_a_sweep_from_another_pid_namespace(tmp_p
 
 def test_a_live_process_groups_directory_survives_it_too(tmp_path, monkeypatch):
     from inferris_dist.scheduler.group import ProcessGroup
+    from inferris_dist.scheduler.options import LaunchOptions
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     workload = demo()
-    with ProcessGroup(workload, 2) as group:
+    with ProcessGroup(workload, LaunchOptions(world_size=2)) as group:
         sweep_in_new_pid_namespace(tmp_path)
         assert group.log_dir.exists()
         assert Path(group.address[len("ipc://"):]).exists()   # in the run directory, or a short one
@@ -272,9 +274,10 @@ def test_no_worker_or_template_holds_the_runs_lock(tmp_path, monkeypatch, use_te
     """flock locks belong to the open file: a worker or template that inherited the lock's fd
     would keep a dead scheduler's directory locked. Only the scheduler holds it."""
     from inferris_dist.scheduler.group import ProcessGroup
+    from inferris_dist.scheduler.options import LaunchOptions
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     workload = demo()
-    with ProcessGroup(workload, 2, use_template=use_template) as group:
+    with ProcessGroup(workload, LaunchOptions(world_size=2, use_template=use_template)) as group:
         lock = str(group.log_dir / rundir.LOCK)
         pids = [p for ps in group.rank_pids.values() for p in ps]
         template = getattr(group.members, "template", None)

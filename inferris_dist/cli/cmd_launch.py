@@ -13,8 +13,9 @@ import zmq
 from inferris_dist.cli import render
 from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK
 from inferris_dist.engine import Engine, EngineError, WorkloadError, trace_dicts
+from inferris_dist.engine.errors import MachineFailure
 from inferris_dist.observe.timeline import Timeline
-from inferris_dist.scheduler.channel import MachineFailure, machine_failure
+from inferris_dist.scheduler.channel import machine_failure
 from inferris_dist.scheduler.entry import LaunchOptions, launch
 
 

@@ -86,7 +86,7 @@ import sys
 import time
 from typing import Iterable, Iterator
 
-from inferris_dist.engine import EngineError, WorkloadError
+from inferris_dist.engine import EngineError, MachineFailure, WorkloadError
 
 VERSION = 1
 
@@ -356,11 +356,8 @@ def empty_document(name: str | None, error: dict | None) -> dict:
     return doc
 
 
-class MetricsNotWritten(EngineError):
-    """The machine refused the --metrics file at the end (a full disk): the same kind as
-    the launch's MachineFailure, defined here so that `run` never imports the channel."""
-
-    kind = "MachineFailure"
+class MetricsNotWritten(MachineFailure):
+    """The machine refused the --metrics file at the end (a full disk)."""
 
 
 class MetricsFile:

@@ -24,16 +24,17 @@ import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import zmq
 
-from inferris_dist.engine import EngineError, RankLost
+from inferris_dist.engine import RankLost
+from inferris_dist.engine.errors import MachineFailure
 from inferris_dist.observe.records import RankTotals, StepRecord, WireLog
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.keys import ServerKeys
 from inferris_dist.protocol.wire import MsgType
-from inferris_dist.scheduler.gate import NOTED_PER_PEER, Gate, Refusals
+from inferris_dist.scheduler.gate import NOTED_PER_PEER, Gate
 
 MAX_RETIRED = 256           # identities of former members remembered, to tell them to exit
 MAX_STRANGER_FRAMES = 4     # frames of a message from a non-member kept (the rest are dropped)
@@ -54,13 +55,6 @@ class Member:
     replaceable: bool       # started by someone else: if it goes during admission, wait for another
 
 
-class MachineFailure(EngineError):
-    """The machine said no mid-run (out of file descriptors, a full disk): the run ends
-    cleanly, with the error object, every worker stopped. Not the ranks' fault."""
-
-    kind = "MachineFailure"
-
-
 def machine_failure(e: OSError | zmq.ZMQError, what: str = "", step: int | None = None) -> MachineFailure:
     errno_ = getattr(e, "errno", None)
     name = getattr(e, "filename", None)
@@ -75,6 +69,12 @@ def machine_failure(e: OSError | zmq.ZMQError, what: str = "", step: int | None 
     return MachineFailure(f"{what + ': ' if what else ''}{where}{text}", step)
 
 
+class Reply(NamedTuple):
+    """One rank's reply in an exchange: its header, and its body decoded."""
+    header: wire.Header
+    body: object
+
+
 @dataclass(frozen=True)
 class Meta:
     """What the transport says of a message from a peer that is not a member yet."""
@@ -84,17 +84,17 @@ class Meta:
 
 
 class RankChannel:
-    def __init__(self, world_size: int, step_timeout: float, wire_log: WireLog | None):
+    def __init__(self, world_size: int, step_timeout: float, wire_log: WireLog | None, timing: bool = False):
         self.world_size = world_size
         self.step_timeout = step_timeout
         self.log = wire_log
         self.epoch = 0
         self.ctx: zmq.Context | None = None
         self.sock: zmq.Socket | None = None
-        self.gate: Gate | None = None
+        self.gate = Gate(world_size)         # the door: who may connect, and who was turned away
         self.address = ""
         self.curve = False
-        self.timing = False             # ask the ranks for their own times (launch --timeline)
+        self.timing = timing            # ask the ranks for their own times (a timeline, a wire log)
         self.blamed: set[int] = set()   # ranks a failure was blamed on (not asked politely at the end)
         self.members: dict[int, Member] = {}
         self.rank_of: dict[bytes, int] = {}
@@ -102,13 +102,10 @@ class RankChannel:
         self.sentinels: dict[int, int] = {}       # rank -> pidfd of a worker we spawned
         self.explain: Callable[[int], str] = lambda rank: ""   # more on a rank that died
         self.totals = {r: RankTotals() for r in range(world_size)}
-        self.refusals = Refusals()     # connections turned away at the door (gate), per address
-        self.turned_away = Refusals()  # messages from peers holding no rank, per peer
         self.last_record: StepRecord | None = None
         self._answered: dict[int, tuple[int, int]] = {}   # rank -> (epoch, step) last joined
         self._dead: set[int] = set()                      # ranks whose process or connection ended
         self._unlogged = None                             # (got, kind, step, record) of a gather
-        self._shed = 0                                    # connections the gate shed, once it is closed
         self._poller = zmq.Poller()
 
     # -- the socket --------------------------------------------------------------------
@@ -118,7 +115,7 @@ class RankChannel:
         `max_frame`: the largest frame a rank of this run can need to send (ZeroMQ holds a
         whole message before we see it: this bounds what one frame of it can cost)."""
         self.ctx = zmq.Context()
-        self.gate = Gate(self.ctx, keys.rank_of_key if keys is not None else None, self.world_size)
+        self.gate.open(self.ctx, keys.rank_of_key if keys is not None else None)
         sock = self.sock = self.ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVTIMEO, int(self.step_timeout * 1000))
@@ -140,10 +137,7 @@ class RankChannel:
 
     def close(self) -> None:
         self.log_turned_away()
-        if self.gate is not None:                # the monitor first: never a stuck I/O thread
-            self._shed = self.gate.shed
-            self.gate.close()
-            self.gate = None
+        self.gate.close()                        # the monitor first: never a stuck I/O thread
         if self.sock is not None:
             self.sock.close(linger=0)
             self.sock = None
@@ -158,8 +152,7 @@ class RankChannel:
         self.rank_of[member.identity] = member.rank
         self._dead.discard(member.rank)
         self.blamed.discard(member.rank)        # a new member, blameless
-        if self.gate is not None:
-            self.gate.proven(member.fd)
+        self.gate.proven(member.fd)
         if self.log:
             self.log.event("member", rank=member.rank, epoch=member.epoch, pid=member.pid,
                            host=member.host if member.replaceable else "", proof=member.proof)
@@ -194,6 +187,43 @@ class RankChannel:
     @property
     def dead_ranks(self) -> set[int]:
         return set(self._dead)
+
+    # -- the exchange: one step's (or audit's) round with every rank --------------------
+
+    def exchange(self, send: MsgType, expect: MsgType, step: int, body, record: StepRecord | None
+                 ) -> dict[int, "Reply"]:
+        """Send `body` (encoded once, the same bytes to every rank) and gather one reply of kind
+        `expect` from each, decoded once when every rank sent the same bytes, logged as it
+        came; the record (a step's; None for an audit) is the one the channel keeps as its
+        last. RankLost when a rank is lost or breaks the protocol."""
+        encoded = wire.encode_body(send, body)
+        self.last_record = record                    # an audit has none: the step's verdict stands
+        if record is not None:
+            record.plan_bytes = len(encoded)
+        sent_at = record.sent if record is not None else {}
+        extra = (wire.TIMING_PLEASE,) if self.timing and send is MsgType.PLAN else ()
+        for rank in range(self.world_size):
+            sent_at[rank] = time.monotonic()
+            self.send(rank, send, step, encoded, body, extra=extra)
+        got = self.gather(expect, step, sent_at, record)
+        raw = [got[r][1] for r in range(self.world_size)]
+        if all(b == raw[0] for b in raw):
+            blame = 0 if self.world_size == 1 else None      # the same bad bytes from every rank
+            decoded = [self.decode(blame, expect, raw[0], step)] * self.world_size
+        else:
+            decoded = [self.decode(r, expect, raw[r], step) for r in range(self.world_size)]
+        self.log_replies(dict(enumerate(decoded)))
+        return {r: Reply(got[r][0], decoded[r]) for r in range(self.world_size)}
+
+    def joined(self, step: int) -> None:
+        """Every rank's reply to `step` was joined: a second one from any of them is a duplicate."""
+        for rank in range(self.world_size):
+            self._answered[rank] = (self.epoch, step)
+
+    def next_epoch(self) -> int:
+        """A new epoch: replies of the old one are stale from now on."""
+        self.epoch += 1
+        return self.epoch
 
     # -- receiving ---------------------------------------------------------------------
 
@@ -265,7 +295,7 @@ class RankChannel:
                                f"{self.epoch}: exit", meta.host if meta else "")
             return True
         peer = peer_label(ident, meta)
-        if not self.turned_away.add(peer):
+        if not self.gate.turned_away.add(peer):
             return False                                  # counted; noted often enough already
         header = None
         if len(frames) == 3:
@@ -321,10 +351,10 @@ class RankChannel:
         timeout = max(0.0, deadline - time.monotonic())
         events = dict(self._poller.poll(int(timeout * 1000) + 1))
         messages = []
-        if self.gate is not None:
+        if self.gate.monitor is not None:
             if self.gate.zap is not None and self.gate.zap in events:
                 for peer, text in self.gate.answer_zap():
-                    if self.refusals.add(peer):
+                    if self.gate.refusals.add(peer):
                         self.note(None, text)
             # Every wait, and before the messages: a connection's close is seen before a new
             # connection that reuses its descriptor can be admitted under it.
@@ -369,7 +399,7 @@ class RankChannel:
             if what == "accept-failed" and value in (_errno.EMFILE, _errno.ENFILE):
                 # out of descriptors: strangers go first (a quarter of them), members stay
                 shed = self.gate.shed_oldest(max(1, len(self.gate.unproven) // 4))
-                if self.refusals.add("out of descriptors"):
+                if self.gate.refusals.add("out of descriptors"):
                     self.note(None, f"cannot accept connections: out of file descriptors "
                                     f"({os.strerror(value)}); closed the {shed} oldest connection(s) "
                                     f"that hold no rank")
@@ -381,7 +411,7 @@ class RankChannel:
                     if m.fd == value and rank not in self._dead:
                         self._dead.add(rank)
                         m.fd = None
-            elif self.refusals.add("handshake"):
+            elif self.gate.refusals.add("handshake"):
                 self.note(None, "refused a connection: its handshake failed "
                                 f"({_handshake_failure(what, value)})")
 
@@ -403,7 +433,7 @@ class RankChannel:
     def refuse(self, ident: bytes, reason: str, host: str = "") -> None:
         """Tell a peer why it is turned away (it exits), and note it: the first few times per
         peer; after that it is only counted, and gets no answer."""
-        if not self.turned_away.add(peer_label(ident, None, host)):
+        if not self.gate.turned_away.add(peer_label(ident, None, host)):
             return
         self.note(None, f"refused a peer{' at ' + host if host else ''}: {reason}")
         self.tell(ident, reason)
@@ -440,37 +470,15 @@ class RankChannel:
                            reason=reason, message=message)
         return RankLost(message, step=step, rank=rank, epoch=self.epoch, reason=reason, ranks=ranks)
 
+    def member_drops(self) -> dict[int, int]:
+        """Per rank, its replies dropped (stale, future, duplicate)."""
+        return {r: t.dropped for r, t in self.totals.items() if t.dropped}
+
     def turned_away_summary(self) -> str | None:
-        """One line for the end of the run: what peers holding no rank sent beyond the notes."""
-        extra = self.turned_away.unnoted()
-        gate = self.refusals.total
-        shed = self.gate.shed if self.gate is not None else self._shed
-        if not (extra or gate or shed or any(t.dropped > NOTED_PER_PEER for t in self.totals.values())):
-            return None
-        parts = []
-        if extra:
-            parts.append(f"{sum(extra.values())} more message(s) from {len(extra)} peer(s) holding no "
-                         f"rank were dropped unanswered (each peer's first {NOTED_PER_PEER} noted above)")
-        if gate:
-            parts.append(f"{gate} connection(s) refused at the door")
-        members = {r: t.dropped - NOTED_PER_PEER for r, t in self.totals.items()
-                   if t.dropped > NOTED_PER_PEER}
-        if members:
-            who = ", ".join(f"rank {r}: {n}" for r, n in sorted(members.items())[:16])
-            parts.append(f"{sum(members.values())} more reply(ies) not joined (stale, future or duplicate) "
-                         f"were dropped unnoted ({who}; each rank's first {NOTED_PER_PEER} noted above)")
-        if shed:
-            parts.append(f"{shed} connection(s) holding no rank closed to keep descriptors for the members")
-        return "; ".join(parts)
+        return self.gate.summary(self.member_drops())
 
     def log_turned_away(self) -> None:
-        """The counts behind the notes, once, in the wire log (it grows with the run, not with
-        whoever floods us)."""
-        members = {str(r): t.dropped for r, t in self.totals.items() if t.dropped > NOTED_PER_PEER}
-        if self.log and (self.turned_away.count or self.refusals.count or members):
-            self.log.event("turned-away", messages=dict(list(self.turned_away.count.items())[:64]),
-                           connections=dict(list(self.refusals.count.items())[:64]),
-                           member_replies_dropped=members)
+        self.gate.log_counts(self.log, self.member_drops())
 
     def note(self, rank: int | None, text: str) -> None:
         if self.last_record is not None:

@@ -18,79 +18,18 @@ start leave when they stop hearing from us: keep stepping the engine.
 """
 from __future__ import annotations
 
-import ipaddress
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
-from typing import Callable, Iterator, Sequence, TextIO
+from typing import Iterator
 
-from inferris_dist.engine import EngineError, Workload, WorkloadError, load_workload
-from inferris_dist.engine.rungs import rung as rung_named
+from inferris_dist.engine import EngineError, Workload, load_workload
 from inferris_dist.observe.records import WireLog
-from inferris_dist.observe.timeline import Timeline
-from inferris_dist.protocol.faults import POLICIES, parse_faults
-from inferris_dist.protocol.keys import ServerKeys
-from inferris_dist.protocol.limits import MAX_SECONDS, valid_seconds
-from inferris_dist.protocol.placement import PlacementError, check_address
+from inferris_dist.protocol.faults import parse_faults
 from inferris_dist.scheduler.group import ProcessGroup
+from inferris_dist.scheduler.options import LaunchOptions
 from inferris_dist.scheduler.recovery import DistributedEngine
-
-
-@dataclass(frozen=True)
-class LaunchOptions:
-    """Everything about a launch but the workload: one set, for the library and the CLI."""
-    world_size: int | None = None
-    step_timeout: float = 10.0
-    faults: Sequence[str] = ()
-    audit_every: int = 0
-    on_rank_loss: str = "abort"
-    max_restarts: int = 3
-    wire_log: str | Path | TextIO | None = None
-    timeline: Timeline | None = None
-    listen: str | None = None           # bind here and wait for workers someone else starts
-    keys: str | Path | None = None      # CURVE key directory (inferris-dist keys)
-    join_timeout: float = 60.0
-    rejoin_timeout: float = 30.0
-    # told (address, ranks, timeout, rejoin) when the group waits for members to join
-    on_waiting: Callable[[str, list[int], float, bool], None] | None = None
-    rung: str = "full"                  # the mechanism ladder's rung (SPEC §6)
-    name: str = ""                      # the workload's name, for the wire log and the page
-
-    def check(self) -> None:
-        """Refuse, as bad input (WorkloadError), options that cannot work together."""
-        for name in ("step_timeout", "join_timeout", "rejoin_timeout"):
-            if not valid_seconds(getattr(self, name)):
-                raise WorkloadError(f"{name} must be a number of seconds > 0 and <= {MAX_SECONDS:g}, "
-                                    f"got {getattr(self, name)!r}")
-        rung_named(self.rung)
-        if self.on_rank_loss not in POLICIES:
-            raise WorkloadError(f"unknown --on-rank-loss {self.on_rank_loss!r}; one of {', '.join(POLICIES)}")
-        if self.audit_every < 0:
-            raise WorkloadError("--audit-every must be >= 0")
-        if self.max_restarts < 0:
-            raise WorkloadError("--max-restarts must be >= 0")
-        if self.keys is not None and self.listen is None:
-            raise WorkloadError("--keys needs --listen (ranks spawned here use a fresh run secret)")
-        if self.listen is not None:
-            try:
-                check_address(self.listen, "--listen")
-            except PlacementError as e:
-                raise WorkloadError(str(e)) from None
-            if self.keys is None and not is_loopback(self.listen):
-                raise WorkloadError(f"--listen {self.listen} is not a loopback address: pass --keys DIR "
-                                    f"(make them with `inferris-dist keys DIR --world-size N`); "
-                                    f"nothing crosses a network in plaintext")
-
-
-def is_loopback(address: str) -> bool:
-    host = address[len("tcp://"):].rpartition(":")[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False     # a name or an interface: may reach the network
 
 
 @contextmanager
@@ -109,8 +48,7 @@ def launch(workload: Workload | dict | str | Path, world_size: int | None = None
         workload = load_workload(workload)
     workload = workload.with_config(world_size=options.world_size)
     n = workload.config.world_size
-    fault_list = parse_faults(options.faults, n, workload.faults)
-    keys = ServerKeys.load(options.keys, n) if options.keys is not None else None
+    fault_list = parse_faults(options.faults, n, workload.faults)     # bad input before anything starts
     log, own_stream = None, None
     if options.wire_log is not None:
         if isinstance(options.wire_log, (str, Path)):
@@ -128,16 +66,8 @@ def launch(workload: Workload | dict | str | Path, world_size: int | None = None
                   shared_clock=options.listen is None)
     engine, ended = None, None
     try:
-        with ProcessGroup(workload, n, step_timeout=options.step_timeout, faults=fault_list,
-                          wire_log=log, listen=options.listen, keys=keys,
-                          join_timeout=options.join_timeout, rejoin_timeout=options.rejoin_timeout,
-                          on_waiting=options.on_waiting) as group:
-            engine = DistributedEngine(workload, group, options.audit_every, options.on_rank_loss,
-                                       options.max_restarts, rung=options.rung)
-            engine.timeline = options.timeline
-            group.channel.timing = options.timeline is not None or log is not None
-            if options.timeline is not None:
-                options.timeline.shared_clock = not group.external
+        with ProcessGroup(workload, options, log) as group:
+            engine = DistributedEngine(workload, group, options)
             try:
                 yield engine
             except BaseException as e:

@@ -95,20 +95,28 @@ class Gate:
     not members: counted, bounded, the oldest shed first when there are too many or the
     descriptors run short, so that nobody without a key can starve the members."""
 
-    def __init__(self, ctx: zmq.Context, rank_of_key: dict[bytes, int] | None, world_size: int = 1):
-        self.ctx = ctx
-        self.rank_of_key = rank_of_key            # z85 public key -> rank; None: no CURVE
+    def __init__(self, world_size: int = 1):
+        self.ctx: zmq.Context | None = None
+        self.rank_of_key: dict[bytes, int] | None = None   # z85 public key -> rank; None: no CURVE
         self.zap = None
+        self.monitor = None
+        self.watched: zmq.Socket | None = None
+        self.unproven: OrderedDict[int, str] = OrderedDict()   # fd -> peer, oldest first
+        self.bound = unproven_bound(world_size)
+        # what was turned away, kept after the sockets close (for the run's last lines)
+        self.shed = 0                             # connections we closed to keep the bound
+        self.refusals = Refusals()                # connections turned away at the door, per address
+        self.turned_away = Refusals()             # messages from peers holding no rank, per peer
+
+    def open(self, ctx: zmq.Context, rank_of_key: dict[bytes, int] | None) -> None:
+        """The ZAP handler on `ctx` (with CURVE: `rank_of_key`)."""
+        self.ctx = ctx
+        self.rank_of_key = rank_of_key
         if rank_of_key is not None:
             self.zap = ctx.socket(zmq.REP)
             self.zap.setsockopt(zmq.LINGER, 0)
             self.zap.setsockopt(zmq.RCVTIMEO, 0)
             self.zap.bind(ZAP_ENDPOINT)
-        self.monitor = None
-        self.watched: zmq.Socket | None = None
-        self.unproven: OrderedDict[int, str] = OrderedDict()   # fd -> peer, oldest first
-        self.bound = unproven_bound(world_size)
-        self.shed = 0                             # connections we closed to keep the bound
 
     def guard(self, sock: zmq.Socket, public: bytes, secret: bytes) -> None:
         """Make `sock` a CURVE server whose every peer is checked here."""
@@ -221,10 +229,45 @@ class Gate:
                 yield "no-detail", value
 
     def close(self) -> None:
+        """Close the gate's sockets (the counts stay, for the summary)."""
         self.unwatch()
         for s in self.sockets:
             s.close(linger=0)
         self.zap = self.monitor = None
+
+    # -- what was turned away, said once ------------------------------------------------------
+
+    def summary(self, member_drops: dict[int, int]) -> str | None:
+        """One line for the end of the run: what peers holding no rank sent beyond the notes,
+        connections refused or shed, and members' replies dropped beyond theirs."""
+        extra = self.turned_away.unnoted()
+        gate = self.refusals.total
+        members = {r: n - NOTED_PER_PEER for r, n in member_drops.items() if n > NOTED_PER_PEER}
+        if not (extra or gate or self.shed or members):
+            return None
+        parts = []
+        if extra:
+            parts.append(f"{sum(extra.values())} more message(s) from {len(extra)} peer(s) holding no "
+                         f"rank were dropped unanswered (each peer's first {NOTED_PER_PEER} noted above)")
+        if gate:
+            parts.append(f"{gate} connection(s) refused at the door")
+        if members:
+            who = ", ".join(f"rank {r}: {n}" for r, n in sorted(members.items())[:16])
+            parts.append(f"{sum(members.values())} more reply(ies) not joined (stale, future or duplicate) "
+                         f"were dropped unnoted ({who}; each rank's first {NOTED_PER_PEER} noted above)")
+        if self.shed:
+            parts.append(f"{self.shed} connection(s) holding no rank closed to keep descriptors for the "
+                         f"members")
+        return "; ".join(parts)
+
+    def log_counts(self, log, member_drops: dict[int, int]) -> None:
+        """The counts behind the notes, once, in the wire log (it grows with the run, not with
+        whoever floods us)."""
+        members = {str(r): n for r, n in member_drops.items() if n > NOTED_PER_PEER}
+        if log and (self.turned_away.count or self.refusals.count or members or self.shed):
+            log.event("turned-away", messages=dict(list(self.turned_away.count.items())[:64]),
+                      connections=dict(list(self.refusals.count.items())[:64]),
+                      member_replies_dropped=members, shed=self.shed)
 
 
 def _peer_of(fd: int) -> str:

@@ -20,7 +20,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from inferris_dist.engine import (
     EngineError,
@@ -31,19 +31,20 @@ from inferris_dist.engine import (
     WorkloadError,
     join,
 )
-from inferris_dist.engine.errors import ShardDivergence
+from inferris_dist.engine.errors import MachineFailure, ShardDivergence
 from inferris_dist.engine.group import accept_scripts
 from inferris_dist.engine.shard import SlotStore, first_mismatch
 from inferris_dist.launcher import Template, make_run_dir, remove_run_dir
 from inferris_dist.observe.records import StepRecord, WireLog
 from inferris_dist.protocol import wire
-from inferris_dist.protocol.faults import Fault
+from inferris_dist.protocol.faults import parse_faults
 from inferris_dist.protocol.keys import ServerKeys
 from inferris_dist.protocol.wire import MsgType
-from inferris_dist.scheduler.channel import MachineFailure, RankChannel
+from inferris_dist.scheduler.channel import RankChannel
 from inferris_dist.scheduler.gate import DESCRIPTORS_PER_RANK, raise_descriptor_limit
 from inferris_dist.scheduler.handshake import Admission
 from inferris_dist.scheduler.members import External, Spawned
+from inferris_dist.scheduler.options import LaunchOptions
 
 LOOPBACK = "tcp://127.0.0.1"
 LOCAL = "local"          # a unix socket in a private directory of ours (mode 0700), never TCP
@@ -52,36 +53,36 @@ MAX_IPC_PATH = 100       # sun_path holds 108 bytes
 
 
 class ProcessGroup:
-    def __init__(self, workload: Workload, world_size: int | None = None, *,
-                 step_timeout: float = 10.0, start_timeout: float = 20.0,
-                 faults: Sequence[Fault] = (), wire_log: WireLog | None = None,
-                 bind: str = LOCAL, listen: str | None = None, keys: ServerKeys | None = None,
-                 join_timeout: float = 60.0, rejoin_timeout: float = 30.0,
-                 on_waiting: Callable[[str, list[int], float, bool], None] | None = None,
-                 use_template: bool = True):
+    def __init__(self, workload: Workload, options: LaunchOptions | None = None,
+                 wire_log: WireLog | None = None):
+        """The group for `workload` as `options` say (world size, timeouts, faults, where the
+        members come from); `wire_log`: where every message that crosses is written."""
+        options = options or LaunchOptions()
         cfg = workload.config
-        self.world_size = world_size or cfg.world_size
-        self.channel = RankChannel(self.world_size, step_timeout, wire_log)
+        self.options = options
+        self.world_size = options.world_size or cfg.world_size
+        self.channel = RankChannel(self.world_size, options.step_timeout, wire_log,
+                                   timing=options.timeline is not None or wire_log is not None)
         self.log = wire_log
         check_fits(workload)
         self.max_frame = frame_cap(workload)
         self.num_pages, self.page_size = cfg.num_pages, cfg.page_size
         self.accept_scripts = accept_scripts(workload)
-        self.start_timeout = start_timeout
-        self.faults = list(faults)
+        self.start_timeout = options.start_timeout
+        self.faults = parse_faults(options.faults, self.world_size, workload.faults)
         self.unfired = list(self.faults)   # faults whose step no plan has reached yet
-        self.bind = bind
-        self.listen = listen
-        self.keys = keys
+        self.bind = options.bind
+        self.listen = options.listen
+        self.keys = ServerKeys.load(options.keys, self.world_size) if options.keys is not None else None
         self.secret = secrets.token_bytes(32)
         self.attempts: deque[StepRecord] = deque(maxlen=64)   # since take_attempts()
         self.log_dir: Path | None = None
-        if listen is None:
+        if self.listen is None:
             self.members = None           # Spawned, made in start() with the log directory
         else:
-            self.members = External(self.channel, keys, join_timeout, rejoin_timeout, on_waiting)
-        self._join_timeout = join_timeout
-        self.use_template = use_template
+            self.members = External(self.channel, self.keys, options.join_timeout, options.rejoin_timeout,
+                                    options.on_waiting)
+        self.use_template = options.use_template
         self.descriptors: tuple[int, int] | None = None   # (soft, hard) limit, when we raised it
 
     # what the channel knows, as the group's own
@@ -231,7 +232,7 @@ class ProcessGroup:
         shard) and gets the faults not yet spent. A member of another rank lost
         meanwhile is replaced too; returns the ranks replaced and their new pids.
         """
-        self.channel.epoch += 1
+        self.channel.next_epoch()
         with _interrupts_held():
             self.members.retire(ranks)
         if self.log:
@@ -245,26 +246,11 @@ class ProcessGroup:
     def execute(self, plan: ExecutionPlan) -> ExecutionResult:
         if self.unfired:
             self.unfired = [f for f in self.unfired if not f.fires(plan.step)]
-        body = wire.encode_body(MsgType.PLAN, plan)
-        channel = self.channel
-        record = channel.last_record = StepRecord(plan.step, self.epoch, len(body))
+        record = StepRecord(plan.step, self.epoch, 0)
         self.attempts.append(record)
-        sent_at = record.sent
-        extra = (wire.TIMING_PLEASE,) if channel.timing else ()
-        for rank in range(self.world_size):
-            sent_at[rank] = time.monotonic()
-            channel.send(rank, MsgType.PLAN, plan.step, body, plan, extra=extra)
-        got = channel.gather(MsgType.RESULT, plan.step, sent_at, record)
-        bodies = [got[r][1] for r in range(self.world_size)]
-        if all(b == bodies[0] for b in bodies):
-            blame = 0 if self.world_size == 1 else None      # the same bad bytes from every rank
-            outcomes = [channel.decode(blame, MsgType.RESULT, bodies[0], plan.step)] * self.world_size
-        else:
-            outcomes = [channel.decode(r, MsgType.RESULT, bodies[r], plan.step)
-                        for r in range(self.world_size)]
-        channel.log_replies(dict(enumerate(outcomes)))
-        results = [RankExecutionResult(got[r][0].rank, got[r][0].world_size, got[r][0].step, outcomes[r])
-                   for r in range(self.world_size)]
+        got = self.channel.exchange(MsgType.PLAN, MsgType.RESULT, plan.step, plan, record)
+        results = [RankExecutionResult(got[r].header.rank, got[r].header.world_size, got[r].header.step,
+                                       got[r].body) for r in range(self.world_size)]
         try:
             joined = join(results, self.world_size, plan.step)
         except EngineError as e:
@@ -275,8 +261,7 @@ class ProcessGroup:
                                epoch=self.epoch, message=e.message)
             raise
         record.verdict = "joined"
-        for rank in range(self.world_size):
-            channel._answered[rank] = (self.epoch, plan.step)
+        self.channel.joined(plan.step)
         return joined
 
     def take_attempts(self) -> list[StepRecord]:
@@ -286,18 +271,9 @@ class ProcessGroup:
 
     def audit(self, held: SlotStore, step: int) -> None:
         """Every rank's shard must hold every slot the control plane's pool holds."""
-        channel = self.channel
-        channel.last_record = None           # the audit is not the step: its verdict stands
-        sent_at = {}
+        got = self.channel.exchange(MsgType.AUDIT, MsgType.SHARD, step, (), None)
         for rank in range(self.world_size):
-            sent_at[rank] = time.monotonic()
-            channel.send(rank, MsgType.AUDIT, step, wire.encode_body(MsgType.AUDIT, ()), ())
-        got = channel.gather(MsgType.SHARD, step, sent_at, None)
-        snapshots = {rank: channel.decode(rank, MsgType.SHARD, got[rank][1], step)
-                     for rank in range(self.world_size)}
-        channel.log_replies(snapshots)
-        for rank, snapshot in snapshots.items():
-            miss = first_mismatch(held, dict(snapshot))
+            miss = first_mismatch(held, dict(got[rank].body))
             if miss is not None:
                 page, offset, want, have = miss
                 err = ShardDivergence(

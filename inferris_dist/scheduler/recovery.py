@@ -35,6 +35,7 @@ from inferris_dist.engine import (
 from inferris_dist.engine.errors import ShardDivergence
 from inferris_dist.protocol.faults import POLICIES
 from inferris_dist.scheduler.group import ProcessGroup
+from inferris_dist.scheduler.options import LaunchOptions
 
 RECOVERABLE = (RankLost, GroupViolation, BoundaryViolation, ShardDivergence)
 
@@ -57,19 +58,21 @@ class Recovery:
 
 
 class DistributedEngine(Engine):
-    def __init__(self, workload: Workload, group: ProcessGroup, audit_every: int = 0,
-                 on_rank_loss: str = "abort", max_restarts: int = 3, rung: str = "full"):
-        super().__init__(workload, executor=group, rung=rung)
-        if on_rank_loss not in POLICIES:
-            raise ValueError(f"unknown policy {on_rank_loss!r}")
+    def __init__(self, workload: Workload, group: ProcessGroup, options: LaunchOptions | None = None):
+        options = options or group.options
+        super().__init__(workload, executor=group, rung=options.rung)
+        if options.on_rank_loss not in POLICIES:
+            raise ValueError(f"unknown policy {options.on_rank_loss!r}")
         self.group = group
-        self.audit_every = audit_every
-        self.policy = on_rank_loss
-        self.max_restarts = max_restarts
+        self.audit_every = options.audit_every
+        self.policy = options.on_rank_loss
+        self.max_restarts = options.max_restarts
         self.num_restarts = 0
         self.recoveries: list[Recovery] = []       # since take_recoveries()
         self._preempted_between_steps: list[str] = []  # by a recompute after an audit: shown next step
-        self.timeline = None                       # a Timeline, to record where the time went
+        self.timeline = options.timeline           # a Timeline, to record where the time went
+        if self.timeline is not None:
+            self.timeline.shared_clock = not group.external   # ranks on this host read our clock
         self._idle_from: int | None = None         # the first step of the idle stretch we are in
 
     def run(self) -> Iterator[StepTrace]:

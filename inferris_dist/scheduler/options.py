@@ -1,0 +1,75 @@
+"""LaunchOptions: everything about a launch but the workload, built once (by the library or the
+command line), checked once, and handed whole to the process group and the engine."""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence, TextIO
+
+from inferris_dist.engine import WorkloadError
+from inferris_dist.engine.rungs import rung as rung_named
+from inferris_dist.observe.timeline import Timeline
+from inferris_dist.protocol.faults import POLICIES
+from inferris_dist.protocol.limits import MAX_SECONDS, valid_seconds
+from inferris_dist.protocol.placement import PlacementError, check_address
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """Everything about a launch but the workload: one set, for the library and the CLI."""
+    world_size: int | None = None
+    step_timeout: float = 10.0
+    faults: Sequence[str] = ()
+    audit_every: int = 0
+    on_rank_loss: str = "abort"
+    max_restarts: int = 3
+    wire_log: str | Path | TextIO | None = None
+    timeline: Timeline | None = None
+    listen: str | None = None           # bind here and wait for workers someone else starts
+    keys: str | Path | None = None      # CURVE key directory (inferris-dist keys)
+    join_timeout: float = 60.0
+    rejoin_timeout: float = 30.0
+    # told (address, ranks, timeout, rejoin) when the group waits for members to join
+    on_waiting: Callable[[str, list[int], float, bool], None] | None = None
+    rung: str = "full"                  # the mechanism ladder's rung (SPEC §6)
+    name: str = ""                      # the workload's name, for the wire log and the page
+    start_timeout: float = 20.0         # a worker we start must finish its handshake by then
+    use_template: bool = True           # fork workers from a template (else a fresh interpreter each)
+    bind: str = "local"                 # where spawned workers connect: "local" (a private unix
+                                        # socket) or tcp://ADDR (port 0 picked)
+
+    def check(self) -> None:
+        """Refuse, as bad input (WorkloadError), options that cannot work together."""
+        for name in ("step_timeout", "join_timeout", "rejoin_timeout"):
+            if not valid_seconds(getattr(self, name)):
+                raise WorkloadError(f"{name} must be a number of seconds > 0 and <= {MAX_SECONDS:g}, "
+                                    f"got {getattr(self, name)!r}")
+        rung_named(self.rung)
+        if self.on_rank_loss not in POLICIES:
+            raise WorkloadError(f"unknown --on-rank-loss {self.on_rank_loss!r}; one of {', '.join(POLICIES)}")
+        if self.audit_every < 0:
+            raise WorkloadError("--audit-every must be >= 0")
+        if self.max_restarts < 0:
+            raise WorkloadError("--max-restarts must be >= 0")
+        if self.keys is not None and self.listen is None:
+            raise WorkloadError("--keys needs --listen (ranks spawned here use a fresh run secret)")
+        if self.listen is not None:
+            try:
+                check_address(self.listen, "--listen")
+            except PlacementError as e:
+                raise WorkloadError(str(e)) from None
+            if self.keys is None and not is_loopback(self.listen):
+                raise WorkloadError(f"--listen {self.listen} is not a loopback address: pass --keys DIR "
+                                    f"(make them with `inferris-dist keys DIR --world-size N`); "
+                                    f"nothing crosses a network in plaintext")
+
+
+def is_loopback(address: str) -> bool:
+    host = address[len("tcp://"):].rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False     # a name or an interface: may reach the network
