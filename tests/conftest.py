@@ -1,11 +1,84 @@
-"""Fixtures shared by the tests of ranks on real processes."""
+"""Fixtures shared by the tests, and the check that no worker outlives its test.
+
+Each test process makes itself a child subreaper: a worker whose parent (a scheduler, or the
+template that forked it) dies is re-parented to us rather than to init, so every process our
+tests caused to start stays in view. After each test marked `procs`, any of them still
+running (a rank worker, spawned or forked, or a worker template) fails the test and is killed.
+"""
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 from external import keys_for, stop_all
+from procs import wait_until
+
+PR_SET_CHILD_SUBREAPER = 36
+OURS = (b"inferris_dist.rank", b"inferris_dist.launcher.template")   # in a worker's command line
+
+
+def pytest_configure(config):
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass                                   # not Linux: orphans go to init, out of view
+
+
+def descendants(root: int) -> dict[int, bytes]:
+    """Every live (not zombie) process below `root`: pid -> its command line."""
+    parent_of: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] not in "ZX":
+            parent_of[int(entry)] = int(fields[1])
+    found: dict[int, bytes] = {}
+    frontier = [root]
+    while frontier:
+        pid = frontier.pop()
+        for child, parent in parent_of.items():
+            if parent == pid and child not in found:
+                try:
+                    found[child] = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
+                except OSError:
+                    continue
+                frontier.append(child)
+    return found
+
+
+def leftover_workers(timeout: float = 10.0) -> dict[int, bytes]:
+    """Our workers and templates still running below this process after `timeout` seconds
+    (a worker leaves on its own when its scheduler is gone: give it the time to)."""
+    def ours() -> dict[int, bytes]:
+        return {pid: cmd for pid, cmd in descendants(os.getpid()).items() if any(o in cmd for o in OURS)}
+    wait_until(lambda: not ours(), timeout, interval=0.05)
+    return ours()
+
+
+@pytest.fixture(autouse=True)
+def no_worker_left(request):
+    """After a test that starts processes: none of our workers may still run."""
+    yield
+    if request.node.get_closest_marker("procs") is None:
+        return
+    left = leftover_workers()
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if left:
+        pytest.fail("left running: " + "; ".join(f"{pid} {cmd.decode(errors='replace')[:120]}"
+                                                 for pid, cmd in left.items()), pytrace=False)
 
 
 @pytest.fixture

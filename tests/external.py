@@ -31,6 +31,19 @@ for _var in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WO
              "MASTER_ADDR", "MASTER_PORT"):
     ENV.pop(_var, None)
 LISTENING = re.compile(r"listening at (tcp://\S+) ")
+LADDER = GOLDEN / "ladder"                           # the goldens at each rung of the ladder
+
+
+def golden_workload(name: str):
+    """A golden workload (`demo`, `preemption`, ...), loaded."""
+    from inferris_dist.engine import load_workload
+    return load_workload(GOLDEN / f"{name}.spec.json")
+
+
+def golden_lines(name: str, rung: str = "full") -> list[dict]:
+    """A golden trace, one dict per line (at `rung` of the ladder)."""
+    path = GOLDEN / f"{name}.trace.jsonl" if rung == "full" else LADDER / f"{name}.{rung}.trace.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 class Lines:

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import msgpack
 import pytest
 import zmq
-from external import GOLDEN
+from external import golden_workload
 from procs import wait_until
 
 from inferris_dist.engine import ItemOutcome, load_workload, run_workload
@@ -35,7 +35,7 @@ from inferris_dist.scheduler.handshake import Admission
 from inferris_dist.scheduler.members import Spawned
 from inferris_dist.scheduler.options import LaunchOptions
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
 SECRET = b"s" * 32
 WORLD = 2
@@ -201,10 +201,6 @@ LONG_WORKLOAD = load_workload({
                "world_size": 2},
     "requests": [{"request_id": f"m{i}", "prompt_len": 6, "max_new_tokens": 120,
                   "arrival_step": i} for i in range(4)]})
-
-
-def golden(name: str):
-    return load_workload(GOLDEN / f"{name}.spec.json")
 
 
 
@@ -429,7 +425,7 @@ def start_in_thread(group: ProcessGroup, stay: threading.Event | None):
 
 
 def test_a_few_hostile_frames_do_not_stall_the_handshake(zctx):
-    workload = golden("demo").with_config(world_size=2)
+    workload = golden_workload("demo").with_config(world_size=2)
     group = ProcessGroup(workload, LaunchOptions(world_size=2))
     stay = threading.Event()
     thread, done, outcome = start_in_thread(group, stay)
@@ -449,7 +445,7 @@ def test_a_few_hostile_frames_do_not_stall_the_handshake(zctx):
 
 
 def test_workers_outlive_the_thread_that_started_them():
-    workload = golden("demo").with_config(world_size=2)
+    workload = golden_workload("demo").with_config(world_size=2)
     group = ProcessGroup(workload, LaunchOptions(world_size=2))
     try:
         thread, done, outcome = start_in_thread(group, stay=None)

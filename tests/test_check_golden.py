@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from external import REPO
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
-REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "tools" / "check_golden.py"
 
 # tools/ is not a package: load the script as a module (registered first, for its dataclass)

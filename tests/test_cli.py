@@ -8,21 +8,16 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from external import GOLDEN, cli
+from external import GOLDEN, REPO, SCRIPT, cli
 
 from inferris_dist.engine import run_workload
 
-REPO = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "inferris_dist.cli"]
-SCRIPT = Path(sys.executable).with_name("inferris-dist")
-ENV = {**os.environ, "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8"}
+pytestmark = pytest.mark.procs          # starts processes (pytest -m 'not procs' skips)
 
 GOLDEN_SPECS = sorted(p for p in GOLDEN.glob("*.spec.json")
                       if p.with_name(p.name.replace(".spec.json", ".trace.jsonl")).exists())

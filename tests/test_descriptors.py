@@ -18,7 +18,7 @@ import subprocess
 import pytest
 from external import CLI, ENV, GOLDEN, Lines, Scheduler, exit_line, run_json, start_worker
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 
 LONG = GOLDEN / "preemption.spec.json"
 BURST = 1100

@@ -25,12 +25,11 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from external import cli
+from external import CLI, ENV, REPO, cli
 from invariants import check_invariants
 from procs import gone, wait_until
 
@@ -38,13 +37,9 @@ import inferris_dist
 from inferris_dist.engine import BoundaryViolation, EngineError, GroupViolation, RankLost, run_workload
 from inferris_dist.engine.errors import ShardDivergence
 
-pytestmark = pytest.mark.timeout(60)   # every test here, one bound
+pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]   # every test here, one bound
 
-REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "tests" / "data" / "golden" / "demo.spec.json"
-SCRIPT = Path(sys.executable).with_name("inferris-dist")
-CLI = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "inferris_dist.cli"]
-ENV = {**os.environ, "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8", "PYTHONUNBUFFERED": "1"}
 
 WORLD_SIZE = 4           # the demo's own world size
 STEP_TIMEOUT = 1.0       # faults that do not involve the deadline never wait for it
@@ -61,23 +56,13 @@ assert len(BASELINE) == 7 and "summary" in BASELINE[-1]
 
 
 
-def is_our_worker(pid: int, parent: int | None = None) -> bool:
+def is_our_worker(pid: int) -> bool:
+    """A rank worker of ours, spawned (`-m inferris_dist.rank`) or forked by the template."""
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    if not any(a.startswith(b"inferris_dist.rank") for a in argv):   # spawned, or the template's forks
-        return False
-    return parent is None or str(parent).encode() in argv
-
-
-def workers_of(parent: int) -> list[int]:
-    """Live worker processes started by the scheduler `parent` (their argv names it)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and is_our_worker(int(entry.name), parent) and not gone(int(entry.name)):
-            pids.append(int(entry.name))
-    return pids
+    return b"inferris_dist.rank" in cmdline or b"inferris_dist.launcher.template" in cmdline
 
 
 @pytest.fixture
@@ -135,8 +120,8 @@ def cli_launch(workers, tmp_path: Path, *args, timeout: float = 60):
     """`inferris-dist launch ... --wire-log`; the completed process and the worker pids it started.
 
     The pids come from the HELLO messages in the wire log (restarted workers
-    too); any worker whose argv still names the finished CLI as its parent is
-    a leftover as well.
+    too); any other worker of ours still running below the test process is
+    found by conftest's leftover check.
     """
     log = tmp_path / f"wire{len(list(tmp_path.glob('wire*.jsonl')))}.jsonl"
     proc = subprocess.Popen(CLI + ["launch", *map(str, args), "--wire-log", str(log)],
@@ -147,11 +132,9 @@ def cli_launch(workers, tmp_path: Path, *args, timeout: float = 60):
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate(timeout=10)
-        workers(workers_of(proc.pid))
         pytest.fail(f"launch did not finish within {timeout} s")
     pids = [m["body"]["pid"] for m in read_jsonl(log) if m.get("type") == "HELLO" and m.get("dir") == "in"]
-    workers(pids)
-    workers(workers_of(proc.pid))
+    workers(pids)           # and any other still running below us: conftest's check after the test
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), pids
 
 

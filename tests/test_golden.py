@@ -9,6 +9,8 @@ from external import GOLDEN
 
 from inferris_dist.engine import load_workload, run_workload
 
+pytestmark = pytest.mark.procs          # starts processes (pytest -m 'not procs' skips)
+
 SPECS = sorted(p.name for p in GOLDEN.glob("*.spec.json"))
 STEP_FIELDS = ["step", "admitted", "scheduled", "executed", "sampled", "finished", "preempted",
                "reused", "published", "evicted", "drafted", "accepted", "rolled_back"]

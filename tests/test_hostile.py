@@ -27,15 +27,14 @@ from pathlib import Path
 
 import pytest
 import zmq
-from external import CLI, ENV, GOLDEN, Scheduler, cli, exit_line, long_spec, run_json, start_worker
+from external import CLI, ENV, GOLDEN, REPO, Scheduler, cli, exit_line, long_spec, run_json, start_worker
 from procs import all_gone
 
 from inferris_dist.launcher import sweep_stale
 from inferris_dist.scheduler.gate import NOTED_PER_PEER
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
-REPO = Path(__file__).resolve().parent.parent
 PREEMPTION = REPO / "tests" / "data" / "golden" / "preemption.spec.json"
 
 

@@ -31,7 +31,7 @@ from inferris_dist.protocol import placement
 from inferris_dist.protocol.keys import ClientKeys, KeyFileError, ServerKeys
 from inferris_dist.protocol.placement import PlacementError, check_address, place
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
 DEMO = GOLDEN / "demo.spec.json"
 NOWHERE = "tcp://127.0.0.1:9"           # nothing listens: a worker placed there would wait

@@ -18,7 +18,7 @@ from inferris_dist.protocol import wire
 from inferris_dist.scheduler import group as group_module
 from inferris_dist.scheduler.members import _resource_hint
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
 DEMO = GOLDEN / "demo.spec.json"
 

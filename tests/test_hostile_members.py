@@ -21,7 +21,7 @@ from inferris_dist.protocol import wire
 from inferris_dist.protocol.keys import ClientKeys
 from inferris_dist.protocol.wire import MsgType
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.procs]
 
 LONG = GOLDEN / "preemption.spec.json"
 WORLD = 2

@@ -18,7 +18,7 @@ from external import GOLDEN, REPO, Scheduler, cli, exit_line, long_spec, run_jso
 from inferris_dist.protocol.keys import ClientKeys, KeyFileError, ServerKeys, write_keys
 from inferris_dist.protocol.placement import LAUNCHERS, PlacementError, place
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
 LONG = GOLDEN / "preemption.spec.json"         # enough steps to act in the middle of a run
 DEMO_ARGS = ("--spec", GOLDEN / "demo.spec.json")

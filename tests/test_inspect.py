@@ -31,16 +31,14 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from external import GOLDEN
+from external import ENV, GOLDEN, REPO
 
 from inferris_dist.cli.cmd_inspect import JSON_HELP, run_inspect
 from inferris_dist.cli.render import Style, human_bytes
 from inferris_dist.engine import WorkloadError
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
-REPO = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8"}
 ROW = re.compile(r"^ *(\d+) +(\d+) +(\d+) +[\d.]+ k?B x\d+  (.*?)  +(\S.*)$")   # columns: 2 spaces
 ESCAPED_IDS = {"engine": {"max_step_tokens": 8, "page_size": 4, "num_pages": 8, "spec_len": 0,
                           "world_size": 2},

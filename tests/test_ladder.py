@@ -10,7 +10,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, GOLDEN
+from external import CLI, ENV, GOLDEN, golden_lines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,19 +20,13 @@ from inferris_dist.cli.cmd_ladder import climb
 from inferris_dist.engine import Engine, load_workload, trace_dicts
 from inferris_dist.engine.rungs import NAMES, RUNGS
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 
-REPO = Path(__file__).resolve().parent.parent
 LADDER = GOLDEN / "ladder"
 LADDER_CASES = sorted(tuple(p.name[:-len(".trace.jsonl")].rsplit(".", 1))
                       for p in LADDER.glob("*.trace.jsonl"))
 # the rung "full" is the whole engine: its traces are the main goldens
 CASES = sorted(LADDER_CASES + [(c, "full") for c in {c for c, _ in LADDER_CASES}])
-
-
-def golden(case: str, rung: str) -> list[dict]:
-    path = GOLDEN / f"{case}.trace.jsonl" if rung == "full" else LADDER / f"{case}.{rung}.trace.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def comparable(lines: list[dict]) -> list[dict]:
@@ -52,7 +46,7 @@ def test_every_rung_has_its_goldens():
 @pytest.mark.parametrize("case,rung", CASES, ids=[f"{c}.{r}" for c, r in CASES])
 def test_ladder_golden_through_the_library(case, rung):
     got = trace_dicts(Engine(load_workload(spec(case)), rung=rung))
-    assert comparable(got) == comparable(golden(case, rung))
+    assert comparable(got) == comparable(golden_lines(case, rung))
 
 
 @pytest.mark.parametrize("case,rung", CASES, ids=[f"{c}.{r}" for c, r in CASES])
@@ -60,7 +54,7 @@ def test_ladder_golden_through_the_cli(case, rung):
     out = io.StringIO()
     with redirect_stdout(out):
         status = cli.main(["run", "--rung", rung, "--json", "--spec", str(spec(case))])
-    want = golden(case, rung)
+    want = golden_lines(case, rung)
     assert status == (1 if "error" in want[-1] else 0)
     assert comparable([json.loads(line) for line in out.getvalue().splitlines()]) == comparable(want)
 
@@ -79,7 +73,7 @@ def test_ladder_golden_on_processes(case, rung):
             got = trace_dicts(engine)
     except Exception as e:          # the workers did not start: a failure of this test
         pytest.fail(f"launch failed: {e}")
-    assert comparable(got) == comparable(golden(case, rung))
+    assert comparable(got) == comparable(golden_lines(case, rung))
 
 
 def test_launch_cli_at_a_rung_is_run_at_that_rung():
@@ -122,7 +116,7 @@ def test_ladder_rows_are_the_goldens_summed(case):
     rows = {r["rung"]: r for r in climb(load_workload(spec(case)))}
     assert list(rows) == list(NAMES)
     for rung in NAMES:
-        lines = golden(case, rung)
+        lines = golden_lines(case, rung)
         steps = [x for x in lines if "step" in x and "error" not in x]
         row = rows[rung]
         assert row["steps"] == len(steps)

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from external import GOLDEN, cli
+from external import CLI, ENV, GOLDEN, REPO, cli, golden_lines
 from procs import all_gone, gone
 
 import inferris_dist
@@ -43,12 +43,8 @@ from inferris_dist.engine import (
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.wire import MsgType, to_jsonable
 
-pytestmark = pytest.mark.timeout(120)   # every test here, one bound
+pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]   # every test here, one bound
 
-REPO = Path(__file__).resolve().parent.parent
-SCRIPT = Path(sys.executable).with_name("inferris-dist")
-CLI = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "inferris_dist.cli"]
-ENV = {**os.environ, "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8", "PYTHONUNBUFFERED": "1"}
 
 SPECS = sorted(p.name.removesuffix(".spec.json") for p in GOLDEN.glob("*.spec.json"))
 # World sizes 2 and 8 run a fixed subset (runtime); 1 and 4 run every golden workload.
@@ -71,11 +67,6 @@ STEP_FIELDS = ["step", "admitted", "scheduled", "executed", "sampled", "finished
 
 def spec_path(name: str) -> Path:
     return GOLDEN / f"{name}.spec.json"
-
-
-def golden_lines(name: str) -> list[dict]:
-    text = (GOLDEN / f"{name}.trace.jsonl").read_text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def comparable(lines: list[dict]) -> list[dict]:

@@ -21,10 +21,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from external import REPO
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
-REPO = Path(__file__).resolve().parent.parent
 STDLIB = set(sys.stdlib_module_names)
 THIRD_PARTY = {"zmq", "msgpack"}
 PARTS = {   # a part -> the parts it may import (besides itself, the stdlib and THIRD_PARTY)

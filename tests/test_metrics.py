@@ -17,20 +17,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from external import GOLDEN, cli
+from external import GOLDEN, cli, golden_lines
 
 from inferris_dist.engine import CACHE, Engine, EngineError, load_workload
 from inferris_dist.engine.rungs import NAMES as RUNG_NAMES
 from inferris_dist.observe.metrics import COUNTERS, Metrics, step_counters
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 
 CHECKED = ["demo", "preemption", "prefix_reuse", "cache_eviction", "speculative", "eos_immediate",
            "recompute_window", "random_035", "random_053", "random_054"]
-
-
-def golden_lines(name: str) -> list[dict]:
-    return [json.loads(line) for line in (GOLDEN / f"{name}.trace.jsonl").read_text().splitlines()]
 
 
 def prompts_of(name: str) -> dict[str, int]:

@@ -12,13 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, Scheduler, run_json, stop_all
+from external import CLI, ENV, REPO, Scheduler, run_json, stop_all
 
 from inferris_dist.protocol.keys import write_keys
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.procs]
 
-REPO = Path(__file__).resolve().parent.parent
 PREEMPTION = REPO / "tests" / "data" / "golden" / "preemption.spec.json"
 _BESIDE = Path(sys.executable).with_name("mpiexec")
 MPIEXEC = str(_BESIDE) if _BESIDE.is_file() else shutil.which("mpiexec")

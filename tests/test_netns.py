@@ -10,7 +10,7 @@ import pytest
 from netns import NETNS_SKIP, Hosts
 from procs import gone, wait_until
 
-pytestmark = [
+pytestmark = [pytest.mark.procs, 
     pytest.mark.skipif(NETNS_SKIP is not None, reason=NETNS_SKIP or ""),
     pytest.mark.timeout(30),
 ]

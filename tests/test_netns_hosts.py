@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
-from external import Scheduler, exit_line, long_spec, run_json, start_worker, stop_all
+from external import REPO, Scheduler, exit_line, long_spec, run_json, start_worker, stop_all
 from netns import NETNS_SKIP, Hosts
 
-pytestmark = [pytest.mark.timeout(90),
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(90),
               pytest.mark.skipif(NETNS_SKIP is not None, reason=NETNS_SKIP or "")]
 
-REPO = Path(__file__).resolve().parent.parent
 PREEMPTION = REPO / "tests" / "data" / "golden" / "preemption.spec.json"
 
 

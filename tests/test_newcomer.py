@@ -13,11 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, cli
+from external import CLI, ENV, REPO, cli
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
-REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
 
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
-from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from external import CLI, ENV, GOLDEN
+from external import CLI, ENV, GOLDEN, REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,7 +33,6 @@ pytestmark = pytest.mark.timeout(60)
 
 LADDER = GOLDEN / "ladder"
 CASES = sorted(p.name.split(".")[0] for p in LADDER.glob("*.00.trace.jsonl"))
-REPO = Path(__file__).resolve().parent.parent
 # No workload drawn here needs more than a few dozen steps: a run past this has stopped ending.
 MAX_STEPS = 2000
 

@@ -6,16 +6,14 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
-from pathlib import Path
 
 import pytest
-from external import CLI, ENV
+from external import CLI, ENV, REPO
 
 from inferris_dist.cli.mechanisms import MECHANISMS
 
 pytestmark = pytest.mark.timeout(120)
 
-REPO = Path(__file__).resolve().parent.parent
 NOTES = REPO / "docs" / "mechanisms"
 SECTIONS = ["## The problem", "## Invariants", "## The smallest state machine", "## Where it lives",
             "## What the trace shows", "## See it"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from external import GOLDEN, Scheduler, cli, exit_line, run_json, start_worker
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 
 DEMO = GOLDEN / "demo.spec.json"
 LONG = GOLDEN / "preemption.spec.json"

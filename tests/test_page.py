@@ -32,7 +32,7 @@ from external import CLI, ENV, REPO
 from inferris_dist.cli import page as page_module
 from inferris_dist.cli.page import LogReader, build_page, write_page
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 
 CHROMIUM = Path("/usr/bin/chromium")
 needs_browser = pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium: the page is "

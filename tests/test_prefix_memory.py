@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from external import REPO
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 
-REPO = Path(__file__).resolve().parent.parent
 MB = 1024 * 1024
 ADDRESS_SPACE = 1024 * MB        # the child's hard cap: a quadratic cache dies here with MemoryError
 PEAK_RSS = 400 * MB              # what a 32k-token prompt at page_size 1 may cost the whole command

@@ -19,14 +19,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, Lines, long_spec, run_json
+from external import CLI, ENV, REPO, Lines, long_spec, run_json
 from procs import wait_until
 
 from inferris_dist.launcher import rundir
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
-REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
 

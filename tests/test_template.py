@@ -11,18 +11,17 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
+from external import REPO
 from procs import all_gone, gone
 
 import inferris_dist
 from inferris_dist.engine import load_workload, run_workload, trace_dicts
 from inferris_dist.launcher import Template, fork_workers, stop_workers
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_forked_children_are_watched_and_described(tmp_path):

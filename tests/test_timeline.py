@@ -1,15 +1,12 @@
 """`launch --timeline FILE`: a Chrome trace of the scheduler's phases and each rank's round trips."""
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from external import CLI, REPO
 
-pytestmark = pytest.mark.timeout(60)   # every test here, one bound
+pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]   # every test here, one bound
 
-REPO = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "inferris_dist.cli"]
 
 
 def launch(*args):

@@ -20,7 +20,7 @@ import tracemalloc
 
 import msgpack
 import pytest
-from external import GOLDEN
+from external import golden_workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,13 +31,12 @@ from inferris_dist.engine import (
     ItemOutcome,
     PlanItem,
     accept_scripts,
-    load_workload,
 )
 from inferris_dist.engine.shard import SlotStore
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.wire import MsgType, WireError
 
-pytestmark = pytest.mark.timeout(30)   # every test here, one bound
+pytestmark = [pytest.mark.timeout(30), pytest.mark.procs]   # every test here, one bound
 
 ENGINE_SPECS = ["demo", "speculative", "preemption", "prefix_reuse", "cache_eviction",
                 "chunked_prefill", "world_size_8", "random_017", "irreducible"]
@@ -49,10 +48,6 @@ QUICK_S = 0.5            # no single decode may take longer than this
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-def golden(name: str):
-    return load_workload(GOLDEN / f"{name}.spec.json")
-
 
 def roundtrip(kind: MsgType, body):
     frame = wire.encode_body(kind, body)
@@ -66,7 +61,7 @@ def engine_frames(names=ENGINE_SPECS):
     """(plan, outcomes, shard snapshots, config) from real engine steps of golden workloads."""
     plans, results, shards, configs = [], [], [], []
     for name in names:
-        workload = golden(name)
+        workload = golden_workload(name)
         eng = Engine(workload)
         try:
             while not eng.done:
@@ -259,7 +254,7 @@ def test_config_with_accept_scripts_and_wide_shard_roundtrip():
     got = roundtrip(MsgType.CONFIG, config)
     assert got == config
     assert got.accept_scripts == {"r2": (1, 2), "neg": (-3, 0, 99), "empty": ()}
-    demo = golden("demo")
+    demo = golden_workload("demo")
     cfg = demo.config
     assert roundtrip(MsgType.CONFIG, wire.Config(cfg.num_pages, cfg.page_size, accept_scripts(demo),
                                                  [], [])).accept_scripts == {"r2": (1, 2)}

@@ -1,0 +1,41 @@
+"""The leftover-worker check (conftest.py) has been seen to fail: a worker forked by a template
+whose template is killed is re-parented to the test process and found."""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from conftest import leftover_workers
+from external import REPO
+
+from inferris_dist.launcher import Template, fork_workers
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
+
+
+def test_a_forked_worker_left_behind_is_found(tmp_path):
+    env_path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = f"{REPO / 'tests'}{os.pathsep}{env_path}"
+    try:
+        template = Template("tests_template_child", tmp_path)
+        template.start()
+    finally:
+        os.environ["PYTHONPATH"] = env_path
+    workers = fork_workers(template, lambda r: [str(r)], b"s3cret", [0], tmp_path)
+    pid = workers[0].pid
+    try:
+        os.kill(template.proc.pid, signal.SIGKILL)      # the template dies without killing its child
+        template.proc.wait(10)
+        found = leftover_workers(timeout=1.0)
+        assert pid in found, f"the orphaned fork {pid} was not found: {found}"
+        assert b"inferris_dist.launcher.template" in found[pid]
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)                              # ours now (the subreaper): reap it
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        template.proc = None
+        template.close()
+    assert pid not in leftover_workers(timeout=10.0)
