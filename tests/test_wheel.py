@@ -1,0 +1,50 @@
+"""The package stands on its own once installed: its wheel holds one top-level name of ours,
+`inferris_dist` (the engine, the launcher and the mechanism notes inside it), and it runs from
+that wheel outside the checkout: a launch on worker processes, and a mechanism note."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+
+import pytest
+from external import ENV, REPO
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.procs]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> zipfile.ZipFile:
+    out = tmp_path_factory.mktemp("wheel")
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out),
+                           str(REPO)],
+                          capture_output=True, text=True, timeout=150)
+    if done.returncode != 0:
+        pytest.skip(f"cannot build a wheel here (pip wheel: {done.stderr.strip().splitlines()[-1:]})")
+    return zipfile.ZipFile(next(out.glob("*.whl")))
+
+
+def test_the_wheel_installs_one_name_of_ours_with_the_notes_inside(wheel):
+    names = wheel.namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"inferris_dist"}, tops
+    assert "inferris_dist/engine/step.py" in names and "inferris_dist/launcher/template.py" in names
+    assert "inferris_dist/notes/11-executor-boundary.md" in names
+    assert not any("/tests/" in n or n.startswith("tests/") for n in names)
+
+
+def test_it_runs_from_the_wheel_outside_the_checkout(wheel, tmp_path):
+    site = tmp_path / "site"
+    wheel.extractall(site)
+    env = {**ENV, "PYTHONPATH": str(site)}
+    cli = [sys.executable, "-m", "inferris_dist.cli"]
+    where = subprocess.run([sys.executable, "-c", "import inferris_dist; print(inferris_dist.__file__)"],
+                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert where.stdout.startswith(str(site)), where.stdout + where.stderr      # not the checkout
+    note = subprocess.run([*cli, "mechs", "11"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=30)
+    assert note.returncode == 0 and note.stdout.startswith("# 11. Executor boundary"), note.stderr
+    run = subprocess.run([*cli, "launch", "--world-size", "2"], env=env, cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "3/3 requests finished" in run.stdout and "none left running" in run.stdout
