@@ -36,6 +36,8 @@ class LaunchOptions:
     name: str = ""                      # the workload's name, for the wire log and the page
     start_timeout: float = 20.0         # a worker we start must finish its handshake by then
     use_template: bool = True           # fork workers from a template (else a fresh interpreter each)
+    spin_us: int | None = None          # spin before sleeping in a gather; None: 2000 while the
+                                        # ranks leave a core free for the scheduler, else 0
     bind: str = "local"                 # where spawned workers connect: "local" (a private unix
                                         # socket) or tcp://ADDR (port 0 picked)
 
