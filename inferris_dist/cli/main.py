@@ -92,8 +92,8 @@ def add_launch_flags(p) -> None:
                         "lanes for the scheduler, every rank and request, each step's plan and "
                         "results, losses and restarts; also `inferris-dist html WIRELOG -o FILE`")
     p.add_argument("--timeline", metavar="FILE",
-                   help="write a Chrome trace (chrome://tracing, ui.perfetto.dev): scheduler "
-                        "phases, each rank's round trips and what it did inside them")
+                   help="write a Chrome trace (open it at ui.perfetto.dev, online; offline, use "
+                        "--html): scheduler phases, each rank's round trips and what it did inside them")
     h = p.add_argument_group("ranks on other hosts (the scheduler spawns nothing)")
     h.add_argument("--listen", metavar="tcp://ADDR:PORT",
                    help="bind here and wait for `inferris-dist worker` ranks started by others "
