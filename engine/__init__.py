@@ -1,4 +1,4 @@
-"""engine: the single-process serving engine of SPEC.md.
+"""engine: the single-process serving engine of docs/SPEC.md.
 
 Pure Python, no I/O. The control plane (`Engine`) decides; an executor with
 `execute(plan) -> result` runs the plan on N ranks (default `LocalGroup`).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Naive, deliberately literal reference implementation of SPEC.md.
+"""Naive, deliberately literal reference implementation of docs/SPEC.md.
 
 Used as a test oracle against the fast engine.  Written from the spec text
 only: stdlib only, no project imports, clarity over speed.  Every phase of

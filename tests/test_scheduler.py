@@ -1,6 +1,6 @@
 """Continuous batching, the token budget and chunked prefill (SPEC §3, phases 1, 3, 4).
 
-Every expected value below is worked out by hand from SPEC.md.
+Every expected value below is worked out by hand from docs/SPEC.md.
 """
 from inferris_dist import engine
 from inferris_dist.engine import Engine, State, run_workload
