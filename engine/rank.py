@@ -27,12 +27,24 @@ class RankExecutor:
         self.accept_scripts = accept_scripts
 
     def execute(self, plan: ExecutionPlan) -> RankExecutionResult:
-        write = self.shard.write_span
+        """Verdicts and writes: what a rank does for a plan."""
+        result = self.verdicts(plan)
+        self.apply(plan)
+        return result
+
+    def verdicts(self, plan: ExecutionPlan) -> RankExecutionResult:
+        """The outcomes alone, the shard untouched: a rank on processes replies with these
+        first, and writes its shard after (`apply`), before it reads the next message."""
         scripts = self.accept_scripts
         outcome = ItemOutcome._make
-        outcomes = []
-        for rid, start, num_tokens, _, decode, verdict_index, pages in plan.items:
-            accepted = verdict(scripts.get(rid), verdict_index, num_tokens - 1) if decode else 0
-            write(pages, rid, start, num_tokens)
-            outcomes.append(outcome((rid, start, num_tokens, accepted, pages)))
+        outcomes = [outcome((rid, start, num_tokens,
+                             verdict(scripts.get(rid), verdict_index, num_tokens - 1) if decode else 0,
+                             pages))
+                    for rid, start, num_tokens, _, decode, verdict_index, pages in plan.items]
         return RankExecutionResult(self.rank, self.world_size, plan.step, tuple(outcomes))
+
+    def apply(self, plan: ExecutionPlan) -> None:
+        """Write every item's positions into the shard, at its placements."""
+        write = self.shard.write_span
+        for rid, start, num_tokens, _, _, _, pages in plan.items:
+            write(pages, rid, start, num_tokens)

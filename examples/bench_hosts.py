@@ -2,7 +2,7 @@
 workers that join a `--listen` scheduler, on loopback without and with CURVE, and across
 network namespaces (veth, CURVE). Needs root and iproute2 for the namespaces.
 
-    python examples/bench_hosts.py    # as root (it makes network namespaces) [--requests 1000] [--world-size 4] [--repeat 3]
+    python examples/bench_hosts.py [--requests 1000] [--world-size 4] [--repeat 3]   # as root
 
 Prints per-step cost (engine loop time / steps; median and best of --repeat interleaved
 runs) for each, and the two

@@ -32,6 +32,7 @@ KINDS = {    # each kind: what it does (for help and docs); how a rank acts it o
     "disagree": "reports accepted+1 on its first item",
     "bad-writes": "reports a write off its placement",
     "drop-write": "reports a write but does not store it in its shard",
+    "crash-after-reply": "replies, then kills itself (SIGKILL) before writing its shard",
 }
 FORMAT = "RANK:KIND@STEP[+][:ARG]"
 POLICIES = ("abort", "restore", "recompute")     # what follows a failed step (recovery.py)
@@ -132,13 +133,13 @@ def _delay(fault: Fault, rank: Acting) -> None:
     rank.sleep(fault.arg)
 
 
-def _disagree(outcomes: tuple, shard: SlotStore, num_pages: int) -> tuple:
+def _disagree(outcomes: tuple, num_pages: int) -> tuple:
     if not outcomes:
         return outcomes
     return (outcomes[0]._replace(accepted=outcomes[0].accepted + 1),) + outcomes[1:]
 
 
-def _bad_writes(outcomes: tuple, shard: SlotStore, num_pages: int) -> tuple:
+def _bad_writes(outcomes: tuple, num_pages: int) -> tuple:
     if not outcomes or not outcomes[0].writes:
         return outcomes
     first = outcomes[0]
@@ -146,7 +147,7 @@ def _bad_writes(outcomes: tuple, shard: SlotStore, num_pages: int) -> tuple:
     return (first._replace(writes=moved),) + outcomes[1:]
 
 
-def _drop_write(outcomes: tuple, shard: SlotStore, num_pages: int) -> tuple:
+def _drop_write(outcomes: tuple, shard: SlotStore) -> None:
     """Forget the last page-run the rank wrote (it still reports it)."""
     for outcome in reversed(outcomes):
         spans = list(page_spans(outcome.start_position, outcome.executed_tokens, outcome.writes,
@@ -154,8 +155,7 @@ def _drop_write(outcomes: tuple, shard: SlotStore, num_pages: int) -> tuple:
         if spans:
             page, position, offset, length = spans[-1]
             shard.erase_run(page, outcome.request_id, position, offset, length)
-            break
-    return outcomes
+            return
 
 
 def _garble(frames: list[bytes]) -> list[bytes]:
@@ -163,9 +163,11 @@ def _garble(frames: list[bytes]) -> list[bytes]:
 
 
 BEFORE = {"crash": _crash, "exit": _exit, "hang": _hang, "delay": _delay}   # before executing
-OUTCOMES = {"drop-write": _drop_write, "disagree": _disagree, "bad-writes": _bad_writes}
+OUTCOMES = {"disagree": _disagree, "bad-writes": _bad_writes}              # what it reports
 FRAMES = {"garble": _garble}                                                # what is sent
 AGAIN = {"duplicate", "stale"}                                              # sent once more
+AFTER_REPLY = {"crash-after-reply": _crash}                                 # before the writes
+AFTER_APPLY = {"drop-write": _drop_write}                                   # on the shard written
 
 
 class FaultPlan:
@@ -183,11 +185,21 @@ class FaultPlan:
             if kind in firing:
                 act(firing[kind], rank)
 
-    def outcomes(self, firing: dict[str, Fault], outcomes: tuple, shard: SlotStore, num_pages: int) -> tuple:
+    def outcomes(self, firing: dict[str, Fault], outcomes: tuple, num_pages: int) -> tuple:
         for kind, tamper in OUTCOMES.items():
             if kind in firing:
-                outcomes = tamper(outcomes, shard, num_pages)
+                outcomes = tamper(outcomes, num_pages)
         return outcomes
+
+    def after_reply(self, firing: dict[str, Fault], rank: Acting) -> None:
+        for kind, act in AFTER_REPLY.items():
+            if kind in firing:
+                act(firing[kind], rank)
+
+    def after_apply(self, firing: dict[str, Fault], outcomes: tuple, shard: SlotStore) -> None:
+        for kind, tamper in AFTER_APPLY.items():
+            if kind in firing:
+                tamper(outcomes, shard)
 
     def frames(self, firing: dict[str, Fault], frames: list[bytes]) -> list[bytes]:
         for kind, tamper in FRAMES.items():

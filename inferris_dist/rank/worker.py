@@ -226,15 +226,16 @@ class Worker:
                 fail(f"rank {self.rank}: unexpected {header.type.name} from the scheduler")
 
     def answer(self, plan) -> None:
-        """Execute the plan into the shard, reply; the faults act around it."""
+        """Verdicts, reply, then write the shard: the writes are off the scheduler's wait (the
+        shard is exact again before the next message is read, audit and snapshot included).
+        The faults act around it."""
         firing = self.faults.firing(plan.step)
         if firing:
             self.faults.before(firing, self)
-        result = self.executor.execute(plan)
+        outcomes = self.executor.verdicts(plan).outcomes
         executed = time.monotonic()
-        outcomes = result.outcomes
         if firing:
-            outcomes = self.faults.outcomes(firing, outcomes, self.executor.shard, self.num_pages)
+            outcomes = self.faults.outcomes(firing, outcomes, self.num_pages)
         frames = [wire.encode_header(MsgType.RESULT, self.epoch, plan.step, self.rank, self.world_size),
                   wire.encode_body(MsgType.RESULT, outcomes)]
         if self.timing:
@@ -242,9 +243,13 @@ class Worker:
         if not firing:
             self.sock.send_multipart(frames)
             self.faults.previous = frames
+            self.executor.apply(plan)
             return
         for message in self.faults.sends(firing, self.faults.frames(firing, frames)):
             self.sock.send_multipart(message)
+        self.faults.after_reply(firing, self)
+        self.executor.apply(plan)
+        self.faults.after_apply(firing, outcomes, self.executor.shard)
 
     def hang(self) -> None:
         """Stop answering for good: busy, holding the GIL, deaf to plans. Still leaves when the
