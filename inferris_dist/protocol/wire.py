@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from enum import IntEnum
+from itertools import chain
 from typing import Any, NamedTuple
 
 import msgpack
@@ -131,6 +132,11 @@ def decode_body(kind: MsgType, frame: bytes) -> Any:
 # -- body decoders: one per type, each checks the exact shape ---------------------------
 
 _INT = frozenset((int,))
+_STR = frozenset((str,))
+_BOOL = frozenset((bool,))
+_TUPLE = frozenset((tuple,))
+_SEVEN = frozenset((7,))
+_FIVE = frozenset((5,))
 
 
 def _pages(value, what: str) -> tuple:
@@ -167,30 +173,39 @@ def _config(body) -> Config:
 
 
 def _plan(body) -> ExecutionPlan:
+    """Every check over whole columns (one pass in C per column, not seven per item)."""
     if type(body) is not tuple or len(body) != 2 or type(body[0]) is not int or type(body[1]) is not tuple:
         raise WireError("malformed plan")
-    items = []
-    for item in body[1]:
-        if (type(item) is not tuple or len(item) != 7 or type(item[0]) is not str
-                or not _INT.issuperset(map(type, item[1:4])) or type(item[4]) is not bool
-                or type(item[5]) is not int):
+    items = body[1]
+    if items:
+        if not _TUPLE.issuperset(map(type, items)) or not _SEVEN.issuperset(map(len, items)):
             raise WireError("malformed plan item")
-        _pages(item[6], "placements")
-        items.append(PlanItem._make(item))
-    return ExecutionPlan(body[0], tuple(items))
+        ids, starts, counts, drafts, decodes, verdicts, pages = zip(*items)
+        if (not _STR.issuperset(map(type, ids)) or not _INT.issuperset(map(type, starts))
+                or not _INT.issuperset(map(type, counts)) or not _INT.issuperset(map(type, drafts))
+                or not _BOOL.issuperset(map(type, decodes)) or not _INT.issuperset(map(type, verdicts))):
+            raise WireError("malformed plan item")
+        if (not _TUPLE.issuperset(map(type, pages))
+                or not _INT.issuperset(map(type, chain.from_iterable(pages)))):
+            raise WireError("malformed placements")
+    return ExecutionPlan(body[0], tuple(map(PlanItem._make, items)))
 
 
 def _outcomes(body) -> tuple[ItemOutcome, ...]:
+    """Every check over whole columns, as for a plan."""
     if type(body) is not tuple:
         raise WireError("malformed result")
-    out = []
-    for o in body:
-        if (type(o) is not tuple or len(o) != 5 or type(o[0]) is not str
-                or not _INT.issuperset(map(type, o[1:4]))):
+    if body:
+        if not _TUPLE.issuperset(map(type, body)) or not _FIVE.issuperset(map(len, body)):
             raise WireError("malformed outcome")
-        _pages(o[4], "writes")
-        out.append(ItemOutcome._make(o))
-    return tuple(out)
+        ids, starts, executed, accepted, writes = zip(*body)
+        if (not _STR.issuperset(map(type, ids)) or not _INT.issuperset(map(type, starts))
+                or not _INT.issuperset(map(type, executed)) or not _INT.issuperset(map(type, accepted))):
+            raise WireError("malformed outcome")
+        if (not _TUPLE.issuperset(map(type, writes))
+                or not _INT.issuperset(map(type, chain.from_iterable(writes)))):
+            raise WireError("malformed writes")
+    return tuple(map(ItemOutcome._make, body))
 
 
 def _shard(body) -> list:
