@@ -95,7 +95,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description="the executor boundary's cost")
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--world-size", type=int, default=4, help="the detailed figures' world size")
-    ap.add_argument("--world-sizes", default="1,2,4,8,16",
+    ap.add_argument("--world-sizes", default="1,2,4,8,16,32,64",
                     help="the table's world sizes, comma-separated ('' for none)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each; the best is reported")
     a = ap.parse_args()
