@@ -62,3 +62,40 @@ def test_mpiexec_starts_the_ranks(tmp_path, n):
             assert f"rank {r} of {n}" in said and "PMI_RANK" in said, said
     finally:
         stop_all(procs)
+
+
+@needs_mpich
+def test_a_crash_under_mpiexec_is_replaced_in_one_window_by_a_second_mpiexec(tmp_path):
+    """Issue "Seeing the boundary": rank 1 crashes and Hydra kills every rank of its launch.
+    The scheduler waits one rejoin window for all of them (each loss seen while it waits),
+    spends one restart, names the first cause; a second mpiexec brings four ranks back and
+    the run ends with the fault-free trace."""
+    n = 4
+    keys = tmp_path / "keys"
+    write_keys(keys, n)
+    want = run_json(PREEMPTION, "--world-size", n)
+    procs = []
+    try:
+        sched = Scheduler(["--listen", "tcp://127.0.0.1:0", "--keys", keys, "--spec", PREEMPTION,
+                           "--world-size", n, "--json", "--on-rank-loss", "restore", "--max-restarts", 1,
+                           "--fault", "1:crash@3", "--rejoin-timeout", 40])
+        procs.append(sched.proc)
+        address = sched.listening()
+        argv = [MPIEXEC, "-n", str(n), *CLI, "worker", "--connect", address, "--keys", str(keys)]
+        first = subprocess.Popen(argv, env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+        procs.append(first)
+        sched.err.until("replacement for rank", 30)
+        first.communicate(timeout=30)                     # Hydra takes the whole launch down
+        for r in range(n):
+            sched.err.until(f"replacement for ranks? .*{r}", 30)
+        second = subprocess.Popen(argv, env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        procs.append(second)
+        status, out, err = sched.finish(60)
+        assert status == 0, err[-6:]
+        assert out == want
+        said, _ = second.communicate(timeout=20)
+        assert second.returncode == 0, said
+    finally:
+        stop_all(procs)
