@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
-from external import GOLDEN, Scheduler, cli, exit_line, run_json, start_worker
+from external import CLI, ENV, GOLDEN, Scheduler, cli, exit_line, run_json, start_worker
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 
@@ -94,7 +95,10 @@ def test_a_wire_line_shows_a_dash_where_no_rank_answered(tmp_path):
 def test_a_fault_that_never_fired_is_named_and_the_status_is_the_runs():
     done = cli("launch", "--world-size", 4, "--spec", DEMO, "--fault", "2:crash@9999", "--json")
     assert done.returncode == 0
-    assert "fault 2:crash@9999 never fired" in done.stderr and "ended at step 5" in done.stderr
+    assert "fault 2:crash@9999 never fired" in done.stderr and "the last plan was for step 5" in done.stderr
+    compared = cli("compare", "--spec", DEMO, "--world-size", 2, "--fault", "1:crash@100",
+                   "--on-rank-loss", "restore")
+    assert compared.returncode == 0 and "fault 1:crash@100 never fired" in compared.stderr
     fired = cli("launch", "--world-size", 2, "--spec", DEMO, "--fault", "1:crash@2",
                 "--on-rank-loss", "restore", "--json")
     assert fired.returncode == 0 and "never fired" not in fired.stderr
@@ -187,3 +191,55 @@ def test_the_worker_command_printed_names_the_keys_by_an_absolute_path(tmp_path,
     procs.append(sched.proc)
     line = sched.err.until("listening at", 20)
     assert f"--keys {keys.resolve()} " in line, line
+
+
+# -- found in review ----------------------------------------------------------------------
+
+def test_a_late_duplicate_during_an_audit_is_dropped_with_a_wire_log(tmp_path):
+    """A rank's duplicate RESULT (with its timing frame, which a wire log asks for) read while
+    the audit gathers SHARDs is dropped and counted, not a protocol error."""
+    done = cli("launch", "--spec", GOLDEN / "random_011.spec.json", "--world-size", 4,
+               "--fault", "3:duplicate@0+", "--audit-every", 1, "--wire-log", tmp_path / "w.jsonl", "--json")
+    assert done.returncode == 0, done.stdout[-300:] + done.stderr
+    assert done.stdout == (GOLDEN / "random_011.trace.jsonl").read_text()
+
+
+def test_replies_in_the_batch_of_a_protocol_error_are_logged(tmp_path):
+    log = tmp_path / "w.jsonl"
+    done = cli("launch", "--world-size", 8, "--spec", DEMO, "--fault", "0:garble@2", "--on-rank-loss",
+               "restore", "--wire-log", log)
+    assert done.returncode == 0, done.stderr
+    lines = wire_lines(log)
+    epoch0 = {x["rank"] for x in lines if x.get("type") == "RESULT" and x["step"] == 2 and x["epoch"] == 0}
+    table = {int(m.group(1)): int(m.group(2)) for m in
+             re.finditer(r"^(\d)\s+[\d>-]+\s+(\d+)\s", done.stdout, re.M)}
+    assert epoch0 == set(range(8)), epoch0            # rank 0's broken one too, as undecodable
+    assert sum(1 for x in lines if x.get("type") == "RESULT" and "dropped" not in x
+               and "undecodable" not in str(x.get("body"))) == sum(table.values())
+
+
+def test_a_shard_too_big_for_the_wire_is_bad_input(tmp_path):
+    spec = tmp_path / "big.json"
+    spec.write_text(json.dumps({"engine": {"page_size": 1, "num_pages": 1202, "max_step_tokens": 2048},
+                                "requests": [{"request_id": "x" * 60000, "prompt_len": 1200,
+                                              "max_new_tokens": 1}]}))
+    done = cli("launch", "--spec", spec, "--world-size", 1)
+    assert done.returncode == 2, done.stderr
+    assert "frame limit" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_metrics_file_that_failed_is_said_even_when_the_run_failed():
+    done = cli("launch", "--world-size", 2, "--spec", DEMO, "--fault", "1:crash@2", "--metrics", "/dev/full")
+    assert done.returncode == 1
+    assert "RankLost" in done.stderr and "--metrics /dev/full" in done.stderr
+
+
+def test_a_bad_output_flag_leaves_no_temporary_wire_log(tmp_path):
+    import os
+    env_tmp = tmp_path / "t"
+    env_tmp.mkdir()
+    done = subprocess.run([*CLI, "launch", "--html", str(tmp_path / "p.html"), "--timeline",
+                           "/nonexistent/t.json"], env={**ENV, "TMPDIR": str(env_tmp)},
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert not os.listdir(env_tmp), os.listdir(env_tmp)

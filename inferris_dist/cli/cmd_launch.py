@@ -42,11 +42,22 @@ def run_launch(workload, name: str, args) -> int:
     status = EXIT_OK
     failure = None
     html = HtmlPage(getattr(args, "html", None), args.wire_log)
-    log_stream = _open_for_writing(html.wire_log, "--wire-log")
-    timeline_stream = _open_for_writing(args.timeline, "--timeline")
+    try:
+        log_stream = _open_for_writing(html.wire_log, "--wire-log")
+        timeline_stream = _open_for_writing(args.timeline, "--timeline")
+    except WorkloadError:
+        html.discard()                       # no run: no temporary wire log left behind
+        raise
     timeline = Timeline() if timeline_stream is not None else None
     metrics_path = getattr(args, "metrics", None)
-    metrics_file = MetricsFile(metrics_path) if metrics_path is not None else None
+    try:
+        metrics_file = MetricsFile(metrics_path) if metrics_path is not None else None
+    except WorkloadError:
+        for stream in (log_stream, timeline_stream):
+            if stream is not None:
+                stream.close()
+        html.discard()
+        raise
     metrics = None
 
     def metrics_document(problem, escaping) -> dict:
@@ -131,18 +142,20 @@ def run_launch(workload, name: str, args) -> int:
         progress.clear()
         escaping = sys.exc_info()[1]         # an interrupt (or a bug) on its way out
         closing = _finish_outputs(log_stream, timeline_stream, timeline, args, metrics_file,
-                                  lambda problem: metrics_document(problem, escaping))
+                                  lambda problem: metrics_document(problem, escaping), html.wire_log)
         closing = html.write(name, closing)
     _say_unfired(group, engine)
     lost_log = group.log.broken if group is not None and group.log else None
     if lost_log is not None and closing is None:     # the run went on without its wire log
-        closing = machine_failure(lost_log, f"--wire-log {args.wire_log}")
+        closing = machine_failure(lost_log, _log_flag(args, html))
         closing.message += " (the run went on without the rest of its wire log)"
     output_failed = closing is not None and failure is None   # an output file, not the run
     if output_failed and closing.step is None and engine is not None and engine.step_id:
         closing.step = engine.step_id - 1                     # said after the run's last step
     if output_failed:
         status = EXIT_FAILED
+    elif closing is not None:            # the run failed, and an output file too: say both
+        render.write_error(closing, sys.stderr, render.Style.for_stream(sys.stderr))
     if as_json:
         if failure is None and engine is not None:     # a finished run's summary stands
             out.write(json.dumps({"summary": engine.summary()}) + "\n")
@@ -167,15 +180,16 @@ def run_launch(workload, name: str, args) -> int:
     return status
 
 
-def _say_unfired(group, engine) -> None:
+def _say_unfired(group, engine=None) -> None:
     """A fault that never fired is named (stderr: --json stays clean; the exit status is the
     run's): a typo'd step must not pass for a run that survived it."""
     if group is None or not group.unfired:
         return
-    last = engine.step_id - 1 if engine is not None else None
+    last = group.last_planned
+    reached = "no plan was sent" if last is None else f"the last plan was for step {last}"
     for fault in group.unfired:
         sys.stderr.write(f"inferris-dist: fault {render.shown(fault.text)} never fired "
-                         f"(no plan reached step {fault.step}; the run ended at step {last})\n")
+                         f"(no plan reached step {fault.step}; {reached})\n")
 
 
 def announce(args, workload, address: str, ranks: list[int], timeout: float, rejoin: bool) -> None:
@@ -219,13 +233,20 @@ def _workers_line(group) -> str:
             f"{'none left running' if not left else 'STILL RUNNING: ' + ' '.join(map(str, left))}")
 
 
+def _log_flag(args, html) -> str:
+    """How to name the wire log in a message: the flag and file, or the page's own log."""
+    if args.wire_log is not None:
+        return f"--wire-log {args.wire_log}"
+    return f"--html's wire log {html.wire_log}"
+
+
 def _finish_outputs(log_stream, timeline_stream, timeline, args, metrics_file=None,
-                    metrics_document=None) -> EngineError | None:
+                    metrics_document=None, wire_log_path: str | None = None) -> EngineError | None:
     """Close the wire log, write the timeline, then the --metrics document
     (`metrics_document(problem)` makes it, told what failed here so far); a failure names
     the file (never a traceback)."""
     problem = None
-    for stream, flag, path in ((log_stream, "--wire-log", args.wire_log),
+    for stream, flag, path in ((log_stream, "--wire-log", wire_log_path or args.wire_log),
                                (timeline_stream, "--timeline", args.timeline)):
         if stream is None:
             continue
@@ -313,9 +334,12 @@ def write_boundary(out, style, world_size: int, attempts, recoveries) -> None:
 
 
 def distributed_lines(workload, options: LaunchOptions) -> list[dict]:
+    """The run on processes as trace lines; a fault that never fired is named on stderr."""
     try:
         with launch(workload, options=options) as engine:
-            return trace_dicts(engine)
+            lines = trace_dicts(engine)
+        _say_unfired(engine.group)
+        return lines
     except EngineError as e:        # the workers did not start
         return [e.to_json()]
 

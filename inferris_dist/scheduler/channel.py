@@ -104,7 +104,7 @@ class RankChannel:
         self.explain: Callable[[int], str] = lambda rank: ""   # more on a rank that died
         self.totals = {r: RankTotals() for r in range(world_size)}
         self.last_record: StepRecord | None = None
-        self._answered: dict[int, tuple[int, int]] = {}   # rank -> (epoch, step) last joined
+        self._answered: dict[int, tuple] = {}   # rank -> (epoch, step, kind) last joined
         self._dead: set[int] = set()                      # ranks whose process or connection ended
         self._unlogged = None                             # (got, kind, step, record) of a gather
         self._poller = zmq.Poller()
@@ -116,7 +116,7 @@ class RankChannel:
         `max_frame`: the largest frame a rank of this run can need to send (ZeroMQ holds a
         whole message before we see it: this bounds what one frame of it can cost)."""
         self.ctx = zmq.Context()
-        self.gate.open(self.ctx, keys.rank_of_key if keys is not None else None)
+        self.gate.open(self.ctx, keys.rank_of_key if keys is not None else None, self.world_size)
         sock = self.sock = self.ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVTIMEO, int(self.step_timeout * 1000))
@@ -219,7 +219,7 @@ class RankChannel:
     def joined(self, step: int) -> None:
         """Every rank's reply to `step` was joined: a second one from any of them is a duplicate."""
         for rank in range(self.world_size):
-            self._answered[rank] = (self.epoch, step)
+            self._answered[rank] = (self.epoch, step, MsgType.RESULT)
 
     def next_epoch(self) -> int:
         """A new epoch: replies of the old one are stale from now on."""
@@ -241,8 +241,12 @@ class RankChannel:
     def _gather(self, got, expect, step, sent_at, record, deadline) -> None:
         while len(got) < self.world_size:
             dead, messages = self.wait(deadline)
-            for frames, meta in messages:
-                self.take(frames, meta, expect, step, got, sent_at, record)
+            for i, (frames, meta) in enumerate(messages):
+                try:
+                    self.take(frames, meta, expect, step, got, sent_at, record)
+                except RankLost:
+                    self._drop_rest(messages[i + 1:])   # what else came is logged, not lost
+                    raise
             for rank in dead:
                 if rank not in got:
                     raise self.lost(rank, step, "died", f"died before answering step {step}")
@@ -258,12 +262,15 @@ class RankChannel:
             return self.stranger(frames, meta)
         timing = None
         try:
-            if len(frames) == 4 and expect is MsgType.RESULT and self.timing:
-                timing = wire.decode_timing(frames.pop())     # beside the result, never part of it
+            if len(frames) == 4 and self.timing:             # a result's own times, beside it
+                extra = frames.pop()
+                if expect is MsgType.RESULT:
+                    timing = wire.decode_timing(extra)
             if len(frames) != 3:
                 raise wire.WireError(f"a message of {len(frames) - 1} frame(s), not 2")
             header = wire.decode_header(frames[1])
         except wire.WireError as e:
+            self.log_broken(rank, step, expect, frames, str(e))
             raise self.lost(rank, step, "protocol", f"broke the protocol: {e}") from None
         if header.rank != rank:
             raise self.lost(rank, step, "protocol",
@@ -283,6 +290,28 @@ class RankChannel:
             record.result_bytes[rank] = len(frames[2])
             totals.rtts.append(rtt)
             totals.steps += 1
+
+    def _drop_rest(self, messages) -> None:
+        """Members' replies that came in the same batch as a failure: dropped, counted, logged."""
+        for frames, _meta in messages:
+            rank = self.rank_of.get(frames[0])
+            if rank is None:
+                continue
+            if len(frames) == 4 and self.timing:
+                frames = frames[:3]
+            try:
+                header = wire.decode_header(frames[1]) if len(frames) == 3 else None
+            except wire.WireError:
+                header = None
+            if header is not None and header.rank == rank:
+                self.drop(rank, header, "(after the step failed)", body=frames[2])
+
+    def log_broken(self, rank: int, step: int, expect: MsgType, frames: list[bytes], why: str) -> None:
+        """A member's message that does not decode, where a reply of kind `expect` was awaited:
+        logged as it came (its size, and why it is no message)."""
+        if self.log:
+            self.log.message("in", rank, self.epoch, step, expect.name, sum(map(len, frames[1:])),
+                             {"undecodable": why})
 
     def stranger(self, frames: list[bytes], meta: Meta | None, during: str = "") -> bool:
         """A message from a connection that holds no rank. A former member (or, with CURVE, a
@@ -316,7 +345,7 @@ class RankChannel:
     def drop(self, rank: int, header: wire.Header, when: str = "", body: bytes | None = None) -> None:
         """Count and note a reply that is not joined: a duplicate of one already taken, or stale.
         It crossed, so it is logged too (marked dropped), as it came."""
-        seen = self._answered.get(rank) == (header.epoch, header.step) or (
+        seen = self._answered.get(rank) == (header.epoch, header.step, header.type) or (
             header.epoch == self.epoch and self.last_record is not None
             and header.step == self.last_record.step and rank in self.last_record.rtt)
         last = self.last_record

@@ -68,12 +68,12 @@ class Refusals:
 def unproven_bound(world_size: int) -> int:
     """How many connections that are not (yet) members we keep open at once: what the
     descriptor limit leaves after the members' reserve, halved (so a flood at the bound still
-    leaves room), within 8..MAX_UNPROVEN."""
+    leaves room), within MAX_UNPROVEN, and never fewer than the ranks joining need."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft == resource.RLIM_INFINITY:
         return MAX_UNPROVEN
     spare = soft - DESCRIPTORS_RESERVED - DESCRIPTORS_PER_RANK * world_size
-    return max(8, min(MAX_UNPROVEN, spare // 2))
+    return max(8 + 2 * world_size, min(MAX_UNPROVEN, spare // 2))   # room for every rank joining
 
 
 def raise_descriptor_limit() -> tuple[int, int]:
@@ -108,8 +108,10 @@ class Gate:
         self.refusals = Refusals()                # connections turned away at the door, per address
         self.turned_away = Refusals()             # messages from peers holding no rank, per peer
 
-    def open(self, ctx: zmq.Context, rank_of_key: dict[bytes, int] | None) -> None:
-        """The ZAP handler on `ctx` (with CURVE: `rank_of_key`)."""
+    def open(self, ctx: zmq.Context, rank_of_key: dict[bytes, int] | None, world_size: int = 1) -> None:
+        """The ZAP handler on `ctx` (with CURVE: `rank_of_key`); the bound on connections that
+        hold no rank from the descriptor limit as it is now (raised, if it could be)."""
+        self.bound = unproven_bound(world_size)
         self.ctx = ctx
         self.rank_of_key = rank_of_key
         if rank_of_key is not None:

@@ -73,6 +73,7 @@ class ProcessGroup:
         self.start_timeout = options.start_timeout
         self.faults = parse_faults(options.faults, self.world_size, workload.faults)
         self.unfired = list(self.faults)   # faults whose step no plan has reached yet
+        self.last_planned: int | None = None   # the step of the last plan sent
         self.bind = options.bind
         self.listen = options.listen
         self.keys = ServerKeys.load(options.keys, self.world_size) if options.keys is not None else None
@@ -246,6 +247,7 @@ class ProcessGroup:
     # -- the seam ----------------------------------------------------------------------
 
     def execute(self, plan: ExecutionPlan) -> ExecutionResult:
+        self.last_planned = plan.step
         if self.unfired:
             self.unfired = [f for f in self.unfired if not f.fires(plan.step)]
         record = StepRecord(plan.step, self.epoch, 0)
@@ -312,12 +314,17 @@ def frame_cap(workload: Workload) -> int:
     """The largest frame a rank of this run can have a reason to send (its SHARD: every slot of
     the pool in (request, base, mask) layers; its RESULT: every request's outcome and the
     step's writes), generously, and at least 1 MiB: what one frame from a member may cost."""
+    return int(min(wire.MAX_FRAME_BYTES, max(1 << 20, 2 * sum(largest_replies(workload)) + 4096)))
+
+
+def largest_replies(workload: Workload) -> tuple[int, int]:
+    """(SHARD, RESULT): about the most bytes a rank's audit reply and step reply can take."""
     cfg = workload.config
     id_len = max((len(r.request_id.encode()) for r in workload.requests), default=1)
     slot = id_len + 24 + (cfg.page_size + 7) // 8
     shard = cfg.num_pages * min(cfg.page_size, len(workload.requests) + 1) * slot + 16 * cfg.num_pages
     result = len(workload.requests) * (id_len + 64) + 16 * (cfg.max_step_tokens + cfg.num_pages)
-    return int(min(wire.MAX_FRAME_BYTES, max(1 << 20, 2 * (shard + result) + 4096)))
+    return shard, result
 
 
 def check_fits(workload: Workload) -> None:
@@ -334,6 +341,13 @@ def check_fits(workload: Workload) -> None:
         if len(script) > wire.MAX_ARRAY_LEN or any(not -2**63 <= a < 2**63 for a in script):
             raise WorkloadError(f"request {r.request_id!r}: 'accept_script' does not fit the wire "
                                 f"(at most {wire.MAX_ARRAY_LEN} 64-bit integers)")
+    shard, result = largest_replies(workload)
+    if shard + result > wire.MAX_FRAME_BYTES:
+        raise WorkloadError(f"a rank's shard could take about {shard + result:,} bytes on the wire "
+                            f"({cfg.num_pages:,} pages of {cfg.page_size} slots, request ids up to "
+                            f"{max(len(r.request_id.encode()) for r in workload.requests):,} bytes), over "
+                            f"its frame limit of {wire.MAX_FRAME_BYTES:,}: fewer or smaller pages, "
+                            f"or shorter ids")
     entries = sum(len(r.accept_script or ()) for r in workload.requests)
     if entries > wire.MAX_FRAME_BYTES // 16:       # big enough to matter: measure the CONFIG itself
         size = len(wire.encode_body(MsgType.CONFIG, wire.Config(cfg.num_pages, cfg.page_size,
