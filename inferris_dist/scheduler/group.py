@@ -221,6 +221,10 @@ class ProcessGroup:
             return ()
         return tuple(self.channel.members[r].host if r in self.channel.members else "" for r in ranks)
 
+    def without_member(self) -> set[int]:
+        """Ranks nobody holds now (retired, their replacement not admitted)."""
+        return set(range(self.world_size)) - set(self.channel.members)
+
     def dead_ranks(self) -> set[int]:
         """Ranks known to be gone (process exited or connection closed)."""
         return self.channel.dead_ranks | self.members.dead()

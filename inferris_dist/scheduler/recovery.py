@@ -193,8 +193,9 @@ class DistributedEngine(Engine):
     def _restart_after(self, err: EngineError, prepared):
         blamed = isinstance(err, (RankLost, ShardDivergence)) and err.rank is not None
         if blamed:
-            # every rank found dead by now goes too: a fault on all ranks is one recovery, not N
-            ranks = sorted({*err.ranks} | self.group.dead_ranks())
+            # every rank found dead by now goes too (a fault on all ranks is one recovery, not N),
+            # and every rank left without a member by a restart that failed half-way
+            ranks = sorted({*err.ranks} | self.group.dead_ranks() | self.group.without_member())
         else:
             ranks = list(range(self.group.world_size))
         failed_epoch = self.group.epoch
