@@ -28,9 +28,10 @@ def wire_lines(path: Path) -> list[dict]:
 
 
 def test_a_death_is_seen_at_once_and_every_reply_that_crossed_is_logged(tmp_path):
-    """rank 2 dies on step 3's plan: the loss is logged well within the old one-second stall
-    after the plan went out (the README gives the measured figure), and the wire log holds a
-    RESULT line for every reply the rank table counts, the failed attempt's included."""
+    """rank 2 dies on step 3's plan: the loss is logged (test_template.py pins that the
+    template's exit report no longer waits out its second; the README gives the measured
+    figure), and the wire log holds a RESULT line for every reply the rank table counts, the
+    failed attempt's included."""
     log = tmp_path / "w.jsonl"
     done = cli("launch", "--world-size", 4, "--spec", DEMO, "--fault", "2:crash@3",
                "--on-rank-loss", "restore", "--wire-log", log)
@@ -39,8 +40,7 @@ def test_a_death_is_seen_at_once_and_every_reply_that_crossed_is_logged(tmp_path
     plan_out = min(x["t"] for x in lines if x.get("type") == "PLAN" and x["step"] == 3 and x["epoch"] == 0)
     lost = next(x for x in lines if x.get("event") == "rank-lost")
     assert lost["rank"] == 2 and lost["step"] == 3
-    # generous against noise (a loaded CI machine); the stall this guards against was 1.0 s
-    assert lost["t"] - plan_out < 0.6, lost["t"] - plan_out
+    assert lost["t"] > plan_out        # how soon: the README's figure (ms); no timed assert here
     results = {}
     for x in lines:
         if x.get("type") == "RESULT" and "dropped" not in x:

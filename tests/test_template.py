@@ -93,3 +93,23 @@ def test_a_launch_forks_its_ranks_and_restarts_from_the_template():
         pids = engine.group.pids_started
     assert got == run_workload(workload)
     assert not all_gone(pids, 5)
+
+
+def test_an_exit_report_returns_as_soon_as_it_is_in(tmp_path):
+    """The template's report of a child's exit is returned when it arrives, not after the
+    whole wait (a death was seen a second late on every loss): asked with a 600 s wait, it
+    must come back within this test's own timeout."""
+    env_path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = f"{REPO / 'tests'}{os.pathsep}{env_path}"
+    try:
+        template = Template("tests_template_child", tmp_path)
+        template.start()
+    finally:
+        os.environ["PYTHONPATH"] = env_path
+    try:
+        worker = fork_workers(template, lambda r: [str(r)], b"s3cret", [0], tmp_path)[0]
+        os.kill(worker.pid, signal.SIGKILL)
+        status = template.status_of(worker.pid, wait=600.0)
+        assert status is not None and os.waitstatus_to_exitcode(status) == -signal.SIGKILL
+    finally:
+        template.close()
