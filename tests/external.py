@@ -208,3 +208,17 @@ def run_json(spec: str | Path, *args) -> list[str]:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
+
+
+def stand_in_template(tmp_path: Path):
+    """A worker template whose children are tests/tests_template_child.py (a stand-in worker
+    that says it has its secret, then waits to be killed), started."""
+    from inferris_dist.launcher import Template
+    env_path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = f"{REPO / 'tests'}{os.pathsep}{env_path}"
+    try:
+        template = Template("tests_template_child", tmp_path)
+        template.start()
+    finally:
+        os.environ["PYTHONPATH"] = env_path
+    return template

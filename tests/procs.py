@@ -42,3 +42,28 @@ def all_gone(pids, timeout: float) -> list[int]:
     """Wait until every pid is gone; those still running at the deadline."""
     wait_until(lambda: all(gone(p) for p in pids), timeout)
     return [p for p in pids if not gone(p)]
+
+
+def connect_as_nobody(path) -> str:
+    """Try to connect to a unix socket as user nobody (a forked child that drops root):
+    "connected", "denied", or "error"."""
+    import pwd
+    import socket
+    nobody = pwd.getpwnam("nobody")
+    pid = os.fork()
+    if pid == 0:                                        # the child: no Python cleanup, just the try
+        code = 3
+        try:
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            s = socket.socket(socket.AF_UNIX)
+            try:
+                s.connect(str(path))
+                code = 0
+            except PermissionError:
+                code = 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return {0: "connected", 1: "denied"}.get(os.waitstatus_to_exitcode(status), "error")

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import zmq
 from external import CLI, ENV, GOLDEN, REPO, Scheduler, cli, exit_line, long_spec, run_json, start_worker
-from procs import all_gone
+from procs import all_gone, connect_as_nobody
 
 from inferris_dist.launcher import sweep_stale
 from inferris_dist.scheduler.gate import NOTED_PER_PEER
@@ -73,29 +73,6 @@ def test_the_local_socket_is_the_run_owners_alone(tmp_path, procs):
     # another user cannot even connect: nothing of theirs reaches ZeroMQ's buffers
     assert connect_as_nobody(path) == "denied"
     proc.kill()
-
-
-def connect_as_nobody(path: Path) -> str:
-    """Try to connect to a unix socket as user nobody (a forked child that drops root)."""
-    import pwd
-    nobody = pwd.getpwnam("nobody")
-    pid = os.fork()
-    if pid == 0:                                        # the child: no Python cleanup, just the try
-        code = 3
-        try:
-            os.setgroups([])
-            os.setgid(nobody.pw_gid)
-            os.setuid(nobody.pw_uid)
-            s = socket.socket(socket.AF_UNIX)
-            try:
-                s.connect(str(path))
-                code = 0
-            except PermissionError:
-                code = 1
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return {0: "connected", 1: "denied"}.get(os.waitstatus_to_exitcode(status), "error")
 
 
 def test_a_keyless_peer_cannot_make_a_listen_scheduler_hold_anything(tmp_path, keys, procs):

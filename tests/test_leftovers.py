@@ -7,21 +7,15 @@ import signal
 
 import pytest
 from conftest import leftover_workers
-from external import REPO
+from external import stand_in_template
 
-from inferris_dist.launcher import Template, fork_workers
+from inferris_dist.launcher import fork_workers
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
 
 def test_a_forked_worker_left_behind_is_found(tmp_path):
-    env_path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = f"{REPO / 'tests'}{os.pathsep}{env_path}"
-    try:
-        template = Template("tests_template_child", tmp_path)
-        template.start()
-    finally:
-        os.environ["PYTHONPATH"] = env_path
+    template = stand_in_template(tmp_path)
     workers = fork_workers(template, lambda r: [str(r)], b"s3cret", [0], tmp_path)
     pid = workers[0].pid
     try:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from external import CLI, ENV, REPO, Lines, long_spec, run_json
-from procs import wait_until
+from procs import connect_as_nobody, wait_until
 
 from inferris_dist.launcher import rundir
 
@@ -81,30 +81,6 @@ def unix_listeners() -> dict[int, str]:
         if len(f) >= 8 and int(f[3], 16) & 0x10000:              # __SO_ACCEPTCON: listening
             found[int(f[6])] = f[7]
     return found
-
-
-def connect_as_nobody(path: str) -> str:
-    """Try to connect to a unix socket as user nobody (a forked child that drops root)."""
-    import pwd
-    import socket
-    nobody = pwd.getpwnam("nobody")
-    pid = os.fork()
-    if pid == 0:
-        code = 3
-        try:
-            os.setgroups([])
-            os.setgid(nobody.pw_gid)
-            os.setuid(nobody.pw_uid)
-            s = socket.socket(socket.AF_UNIX)
-            try:
-                s.connect(path)
-                code = 0
-            except PermissionError:
-                code = 1
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return {0: "connected", 1: "denied"}.get(os.waitstatus_to_exitcode(status), "error")
 
 
 def private_dir_of_ours(d: Path) -> None:

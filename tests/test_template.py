@@ -13,7 +13,7 @@ import textwrap
 import time
 
 import pytest
-from external import REPO
+from external import REPO, stand_in_template
 from procs import all_gone, gone
 
 import inferris_dist
@@ -99,13 +99,7 @@ def test_an_exit_report_returns_as_soon_as_it_is_in(tmp_path):
     """The template's report of a child's exit is returned when it arrives, not after the
     whole wait (a death was seen a second late on every loss): asked with a 600 s wait, it
     must come back within this test's own timeout."""
-    env_path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = f"{REPO / 'tests'}{os.pathsep}{env_path}"
-    try:
-        template = Template("tests_template_child", tmp_path)
-        template.start()
-    finally:
-        os.environ["PYTHONPATH"] = env_path
+    template = stand_in_template(tmp_path)
     try:
         worker = fork_workers(template, lambda r: [str(r)], b"s3cret", [0], tmp_path)[0]
         os.kill(worker.pid, signal.SIGKILL)
