@@ -110,11 +110,14 @@ def parse_faults(texts, world_size: int, workload_faults=()) -> list[Fault]:
 # -- acting them out, on the rank ------------------------------------------------------------
 
 class Acting(Protocol):
-    """What a rank lends its faults: to stop answering for good, and to answer late."""
+    """What a rank lends its faults: to stop answering for good, to answer late, and to let
+    what it sent leave the process."""
 
     def hang(self) -> None: ...
 
     def sleep(self, seconds: float) -> None: ...
+
+    def flush(self) -> None: ...
 
 
 def _crash(fault: Fault, rank: Acting) -> None:
@@ -158,6 +161,11 @@ def _drop_write(outcomes: tuple, shard: SlotStore) -> None:
             return
 
 
+def _crash_after_reply(fault: Fault, rank: Acting) -> None:
+    rank.flush()                  # the reply has crossed; only then the rank dies, its shard unwritten
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _garble(frames: list[bytes]) -> list[bytes]:
     return [b"\xc1\xc1 not a message \xc1"]
 
@@ -166,7 +174,7 @@ BEFORE = {"crash": _crash, "exit": _exit, "hang": _hang, "delay": _delay}   # be
 OUTCOMES = {"disagree": _disagree, "bad-writes": _bad_writes}              # what it reports
 FRAMES = {"garble": _garble}                                                # what is sent
 AGAIN = {"duplicate", "stale"}                                              # sent once more
-AFTER_REPLY = {"crash-after-reply": _crash}                                 # before the writes
+AFTER_REPLY = {"crash-after-reply": _crash_after_reply}                     # before the writes
 AFTER_APPLY = {"drop-write": _drop_write}                                   # on the shard written
 
 

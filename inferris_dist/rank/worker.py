@@ -285,6 +285,16 @@ class Worker:
                 watch.register(self.monitor, zmq.POLLIN)
                 self.check_scheduler(dict(watch.poll(int(min(left, 0.5) * 1000) + 1)))
 
+    def flush(self, timeout_s: float = 2.0) -> None:
+        """Let what was sent leave the process (ZeroMQ's I/O thread sends it; closing the
+        socket with a linger and ending the context waits, bounded, until it has)."""
+        if self.monitor is not None:
+            self.sock.disable_monitor()
+            self.monitor.close(linger=0)
+            self.monitor = None
+        self.sock.close(linger=int(timeout_s * 1000))
+        self.ctx.term()
+
     def close(self) -> None:
         if self.monitor is not None:
             self.sock.disable_monitor()
