@@ -90,27 +90,27 @@ class Malformed(Exception):
 Check = tuple[Callable[[Any], bool], str]     # a field's test, and what it must be, in words
 
 
-def _open(path: str):
-    """The log, opened for reading only if it is a regular file: a fifo would block the open
-    (or the read) for ever, a device (/dev/zero) never ends."""
+def open_log(path: str, command: str = "inspect"):
+    """A wire log, opened for reading only if it is a regular file: a fifo would block the open
+    (or the read) for ever, a device (/dev/zero) never ends. Bad input names `command`."""
     name = shown(str(path))
     try:
         st = os.stat(path)
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
         if not stat.S_ISREG(st.st_mode):
-            raise WorkloadError(f"inspect {name}: not a regular file ({_kind(st.st_mode)})")
+            raise WorkloadError(f"{command} {name}: not a regular file ({_kind(st.st_mode)})")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         try:                                   # swapped between the stat and the open?
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise WorkloadError(f"inspect {name}: not a regular file ({_kind(st.st_mode)})")
+                raise WorkloadError(f"{command} {name}: not a regular file ({_kind(st.st_mode)})")
             return os.fdopen(fd, "rb")
         except BaseException:
             os.close(fd)
             raise
     except OSError as e:
-        raise WorkloadError(f"inspect {name}: {e.strerror or e}") from None
+        raise WorkloadError(f"{command} {name}: {e.strerror or e}") from None
 
 
 def _kind(mode: int) -> str:
@@ -123,7 +123,7 @@ def _records(path: str) -> Iterator[tuple[int, dict | None]]:
     """(line number, record) for each record of the log, checked (unknown events left out);
     (n, None) last when line n, the last, was cut short."""
     name = shown(str(path))
-    f = _open(path)
+    f = open_log(path)
     with f:
         n = 0
         while True:

@@ -6,6 +6,7 @@ import os
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import zmq
@@ -41,23 +42,20 @@ def run_launch(workload, name: str, args) -> int:
     engine = group = None
     status = EXIT_OK
     failure = None
-    html = HtmlPage(getattr(args, "html", None), args.wire_log)
-    try:
-        log_stream = _open_for_writing(html.wire_log, "--wire-log")
-        timeline_stream = _open_for_writing(args.timeline, "--timeline")
-    except WorkloadError:
-        html.discard()                       # no run: no temporary wire log left behind
-        raise
-    timeline = Timeline() if timeline_stream is not None else None
-    metrics_path = getattr(args, "metrics", None)
-    try:
+    with ExitStack() as opened:              # bad input before the run: whatever was opened, undone
+        html = HtmlPage(getattr(args, "html", None), args.wire_log)
+        opened.callback(html.discard)        # (no temporary wire log left behind)
+        log_stream = _open_for_writing(html.wire_log, "--wire-log", opened)
+        timeline_stream = _open_for_writing(args.timeline, "--timeline", opened)
+        metrics_path = getattr(args, "metrics", None)
         metrics_file = MetricsFile(metrics_path) if metrics_path is not None else None
-    except WorkloadError:
-        for stream in (log_stream, timeline_stream):
-            if stream is not None:
-                stream.close()
-        html.discard()
-        raise
+        if metrics_file is not None:
+            opened.callback(metrics_file.close)
+        timeline = Timeline() if timeline_stream is not None else None
+        options = options_from_args(args, timeline, log_stream,
+                                    lambda *waiting: announce(args, workload, *waiting), name)
+        options.check()
+        opened.pop_all()                     # the run starts: they stay open until it ends
     metrics = None
 
     def metrics_document(problem, escaping) -> dict:
@@ -70,30 +68,20 @@ def run_launch(workload, name: str, args) -> int:
             return empty_document(name, error)
         return metrics.document(group.totals if group is not None else None, error)
 
-    options = options_from_args(args, timeline, log_stream,
-                                lambda *waiting: announce(args, workload, *waiting), name)
-    try:
-        options.check()
-    except WorkloadError:
-        for stream in (log_stream, timeline_stream):
-            if stream is not None:
-                stream.close()
-        if metrics_file is not None:
-            metrics_file.close()
-        html.discard()
-        raise
     total = len(workload.requests)
     progress = render.Progress(sys.stderr, total)
     try:
         with launch(workload, options=options) as engine:
             group = engine.group
-            metrics = Metrics(engine, name, keep_steps=metrics_file is not None)
+            if metrics_file is not None or not as_json:   # the file, or the summary's lines
+                metrics = Metrics(engine, name, keep_steps=metrics_file is not None)
             if not as_json:
                 out.write(render.header(workload, name) + "\n")
                 out.write(style.dim(f"{'':>{render.STEP_WIDTH}}  {members_line(group, started)}") + "\n")
             for trace, wall_s in timed(engine.run()):
                 num_steps += 1
-                metrics.step(trace, wall_s)
+                if metrics is not None:
+                    metrics.step(trace, wall_s)
                 rtt = group.last_record.rtt if group.last_record is not None else {}
                 extra = (f" · rtt {1000 * sorted(rtt.values())[len(rtt) // 2]:.2f} ms" if rtt else "")
                 if as_json:
@@ -312,13 +300,17 @@ class HtmlPage:
             self._temp = None
 
 
-def _open_for_writing(path: str | None, flag: str):
+def _open_for_writing(path: str | None, flag: str, opened: ExitStack | None = None):
+    """`path` opened for writing (closed by `opened` if the run does not start), or bad input."""
     if path is None:
         return None
     try:
-        return open(path, "w")
+        stream = open(path, "w")
     except OSError as e:
         raise WorkloadError(f"{flag} {path}: {e.strerror or e}") from None
+    if opened is not None:
+        opened.callback(stream.close)
+    return stream
 
 
 def write_boundary(out, style, world_size: int, attempts, recoveries) -> None:

@@ -40,6 +40,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
+from inferris_dist.cli.cmd_inspect import open_log
 from inferris_dist.cli.render import PLAIN, shown, step_events
 from inferris_dist.engine import StepTrace, WorkloadError
 
@@ -136,11 +137,7 @@ class LogReader:
 
     def __iter__(self) -> Iterator[dict]:
         name = shown(str(self.path))
-        try:
-            f = open(self.path, "rb")
-        except OSError as e:
-            raise WorkloadError(f"html {name}: {e.strerror or e}") from None
-        with f:
+        with open_log(self.path, "html") as f:       # a regular file only: never a fifo or a device
             yield from self._lines(f, name)
         if not self.records:
             raise WorkloadError(f"{name}: not a wire log (no message or event in it)")

@@ -6,7 +6,7 @@ Two ways to start one:
   the run secret from stdin, proves it holds it, and exits with its parent
   (parent-death signal and a pidfd on the parent);
 - started by someone else (a cluster's launcher, or by hand): rank, world
-  size and address from flags or the launcher's environment (placement.py),
+  size and address from flags or the launcher's environment (rank/cli.py, protocol/placement.py),
   the CURVE keys from `--keys DIR`. It exits 0 after the run's STOP, and by
   itself (status 1, one line why) when the scheduler refuses it or the
   connection ends: closed, or silent past the transport's heartbeat
@@ -15,7 +15,8 @@ Two ways to start one:
 
 Either way it takes its configuration, then answers each PLAN with its RESULT
 using engine's RankExecutor on its own page shard, in lockstep, until STOP.
-Injected faults (CONFIG's fault list) are acted out here, for real.
+Injected faults (CONFIG's fault list) are acted out for real, around each step, by the
+FaultPlan of protocol/faults.py.
 """
 from __future__ import annotations
 

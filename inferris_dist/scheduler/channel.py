@@ -84,7 +84,8 @@ class Meta:
 
 
 class RankChannel:
-    def __init__(self, world_size: int, step_timeout: float, wire_log: WireLog | None, timing: bool = False):
+    def __init__(self, world_size: int, step_timeout: float, wire_log: WireLog | None, timing: bool = False,
+                 spin_s: float = 0.0):
         self.world_size = world_size
         self.step_timeout = step_timeout
         self.log = wire_log
@@ -95,7 +96,7 @@ class RankChannel:
         self.address = ""
         self.curve = False
         self.timing = timing            # ask the ranks for their own times (a timeline, a wire log)
-        self.spin_s = 0.0               # spin this long before sleeping in a wait (a free core only)
+        self.spin_s = spin_s            # spin this long before sleeping in a wait (a free core only)
         self.blamed: set[int] = set()   # ranks a failure was blamed on (not asked politely at the end)
         self.members: dict[int, Member] = {}
         self.rank_of: dict[bytes, int] = {}
@@ -262,10 +263,9 @@ class RankChannel:
             return self.stranger(frames, meta)
         timing = None
         try:
-            if len(frames) == 4 and self.timing:             # a result's own times, beside it
-                extra = frames.pop()
-                if expect is MsgType.RESULT:
-                    timing = wire.decode_timing(extra)
+            frames, extra = self.without_timing(frames)
+            if extra is not None and expect is MsgType.RESULT:
+                timing = wire.decode_timing(extra)
             if len(frames) != 3:
                 raise wire.WireError(f"a message of {len(frames) - 1} frame(s), not 2")
             header = wire.decode_header(frames[1])
@@ -297,14 +297,20 @@ class RankChannel:
             rank = self.rank_of.get(frames[0])
             if rank is None:
                 continue
-            if len(frames) == 4 and self.timing:
-                frames = frames[:3]
+            frames, _ = self.without_timing(frames)
             try:
                 header = wire.decode_header(frames[1]) if len(frames) == 3 else None
             except wire.WireError:
                 header = None
             if header is not None and header.rank == rank:
                 self.drop(rank, header, "(after the step failed)", body=frames[2])
+
+    def without_timing(self, frames: list[bytes]) -> tuple[list[bytes], bytes | None]:
+        """A member's message and, apart, the frame of its own times a result carries when we
+        asked for them (a timeline, a wire log): never part of the bytes that must agree."""
+        if len(frames) == 4 and self.timing:
+            return frames[:3], frames[3]
+        return frames, None
 
     def log_broken(self, rank: int, step: int, expect: MsgType, frames: list[bytes], why: str) -> None:
         """A member's message that does not decode, where a reply of kind `expect` was awaited:
@@ -345,10 +351,10 @@ class RankChannel:
     def drop(self, rank: int, header: wire.Header, when: str = "", body: bytes | None = None) -> None:
         """Count and note a reply that is not joined: a duplicate of one already taken, or stale.
         It crossed, so it is logged too (marked dropped), as it came."""
-        seen = self._answered.get(rank) == (header.epoch, header.step, header.type) or (
-            header.epoch == self.epoch and self.last_record is not None
-            and header.step == self.last_record.step and rank in self.last_record.rtt)
         last = self.last_record
+        seen = self._answered.get(rank) == (header.epoch, header.step, header.type) or (
+            header.epoch == self.epoch and last is not None and header.step == last.step
+            and rank in last.rtt)
         ahead = header.epoch > self.epoch or (
             header.epoch == self.epoch and last is not None and header.step > last.step)
         what = "duplicate" if seen else "future" if ahead else "stale"
@@ -356,12 +362,8 @@ class RankChannel:
         if self.totals[rank].dropped > NOTED_PER_PEER:
             return                     # counted: a member gets the quota strangers get
         if self.log and body is not None:
-            try:
-                decoded = wire.decode_body(header.type, body)
-            except wire.WireError as e:
-                decoded = {"undecodable": str(e)}
             self.log.message("in", rank, header.epoch, header.step, header.type.name, len(body),
-                             decoded, dropped=what)
+                             _for_log(header.type, body), dropped=what)
         self.note(rank, f"dropped a {what} {header.type.name} from rank {rank} "
                         f"(epoch {header.epoch}, step {header.step}){' ' + when if when else ''}")
 
@@ -555,10 +557,7 @@ class RankChannel:
         if not self.log:
             return
         if decoded is None:
-            try:
-                decoded = wire.decode_body(kind, body)
-            except wire.WireError as e:
-                decoded = {"undecodable": str(e)}
+            decoded = _for_log(kind, body)
         extra = {}
         t = None
         if record is not None and rank in record.rtt:
@@ -568,6 +567,14 @@ class RankChannel:
             if rank in record.inside:
                 extra["inside"] = [round(x, 6) for x in record.inside[rank]]
         self.log.message("in", rank, self.epoch, step, kind.name, len(body), decoded, t=t, **extra)
+
+
+def _for_log(kind: MsgType, body: bytes):
+    """A reply decoded for the wire log only (one that does not decode is logged as such)."""
+    try:
+        return wire.decode_body(kind, body)
+    except wire.WireError as e:
+        return {"undecodable": str(e)}
 
 
 def peer_label(ident: bytes, meta: Meta | None, host: str = "") -> str:

@@ -63,30 +63,25 @@ class ProcessGroup:
         self.options = options
         self.world_size = options.world_size or cfg.world_size
         self.channel = RankChannel(self.world_size, options.step_timeout, wire_log,
-                                   timing=options.timeline is not None or wire_log is not None)
-        self.channel.spin_s = spin_seconds(options.spin_us, self.world_size)
+                                   timing=options.timeline is not None or wire_log is not None,
+                                   spin_s=spin_seconds(options.spin_us, self.world_size))
         self.log = wire_log
         check_fits(workload)
         self.max_frame = frame_cap(workload)
         self.num_pages, self.page_size = cfg.num_pages, cfg.page_size
         self.accept_scripts = accept_scripts(workload)
-        self.start_timeout = options.start_timeout
         self.faults = parse_faults(options.faults, self.world_size, workload.faults)
         self.unfired = list(self.faults)   # faults whose step no plan has reached yet
         self.last_planned: int | None = None   # the step of the last plan sent
-        self.bind = options.bind
-        self.listen = options.listen
         self.keys = ServerKeys.load(options.keys, self.world_size) if options.keys is not None else None
         self.secret = secrets.token_bytes(32)
         self.attempts: deque[StepRecord] = deque(maxlen=64)   # since take_attempts()
         self.log_dir: Path | None = None
-        if self.listen is None:
+        if options.listen is None:
             self.members = None           # Spawned, made in start() with the log directory
         else:
             self.members = External(self.channel, self.keys, options.join_timeout, options.rejoin_timeout,
                                     options.on_waiting)
-        self.use_template = options.use_template
-        self.descriptors: tuple[int, int] | None = None   # (soft, hard) limit, when we raised it
 
     # what the channel knows, as the group's own
     address = property(lambda self: self.channel.address)
@@ -96,7 +91,7 @@ class ProcessGroup:
 
     @property
     def external(self) -> bool:
-        return self.listen is not None
+        return self.options.listen is not None
 
     @property
     def rank_pids(self) -> dict[int, list[int]]:
@@ -125,33 +120,32 @@ class ProcessGroup:
         self.close()
 
     def start(self) -> None:
-        self.descriptors = raise_descriptor_limit()        # strangers may knock: room for them
-        self._check_descriptors()
-        if self.listen is None:
+        options = self.options
+        self._check_descriptors(*raise_descriptor_limit())   # strangers may knock: room for them
+        if options.listen is None:
             self.log_dir = make_run_dir()
             template = None
-            if self.use_template:
-                template = Template("inferris_dist.rank.cli", self.log_dir, self.start_timeout)
+            if options.use_template:
+                template = Template("inferris_dist.rank.cli", self.log_dir, options.start_timeout)
                 try:
                     template.start()
                 except OSError:
                     template.close()
                     template = None            # spawn each worker fresh instead
-            self.members = Spawned(self.channel, self.secret, self.log_dir, self.start_timeout, template)
+            self.members = Spawned(self.channel, self.secret, self.log_dir, options.start_timeout, template)
             self.channel.open(self._local_endpoint(), None, self.max_frame)
         else:
-            self.channel.open(self.listen, self.keys, self.max_frame)
+            self.channel.open(options.listen, self.keys, self.max_frame)
         self._admit(range(self.world_size), shard=[], step=-1)
 
-    def _check_descriptors(self) -> None:
+    def _check_descriptors(self, soft: int, hard: int) -> None:
         """Refuse to start a run the descriptor limit cannot hold (ZeroMQ aborts the whole
         process when it runs out mid-way): each rank costs us a connection, and for workers we
         start a pidfd and a log; ZeroMQ's context, sockets and our files need some more."""
-        soft = self.descriptors[0]
         need = DESCRIPTORS_BASE + DESCRIPTORS_PER_RANK * self.world_size
         if soft != resource.RLIM_INFINITY and soft < need:
             raise MachineFailure(f"a run of {self.world_size} rank(s) needs about {need} file descriptors; "
-                                 f"the limit is {soft} (hard {self.descriptors[1]}): raise it with "
+                                 f"the limit is {soft} (hard {hard}): raise it with "
                                  f"ulimit -n {need}", None)
 
     def _local_endpoint(self) -> str:
@@ -161,8 +155,8 @@ class ProcessGroup:
         private directory of ours (removed with the run); without one, OSError. Never TCP,
         which every local user can reach (only an explicit `bind` address is used as given)."""
         from inferris_dist.launcher.rundir import socket_path
-        if self.bind != LOCAL:
-            return f"{self.bind}:0"
+        if self.options.bind != LOCAL:
+            return f"{self.options.bind}:0"
         return f"ipc://{socket_path(self.log_dir, 's', MAX_IPC_PATH)}"
 
     def _admit(self, ranks: Sequence[int], shard: list, step: int) -> list[int]:

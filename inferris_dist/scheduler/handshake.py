@@ -81,8 +81,8 @@ class Admission:
         ident = frames[0]
         rank = channel.rank_of.get(ident)
         known = rank in self.configured
-        if rank is not None and len(frames) == 4 and channel.timing:
-            frames = frames[:3]                 # a late result's timing frame: it is dropped anyway
+        if rank is not None:
+            frames, _ = channel.without_timing(frames)   # a late result's times: dropped with it
         try:
             if len(frames) != 3:
                 raise wire.WireError(f"{len(frames) - 1} frames")

@@ -33,6 +33,7 @@ from inferris_dist.engine import (
     Workload,
 )
 from inferris_dist.engine.errors import ShardDivergence
+from inferris_dist.observe.metrics import step_counters
 from inferris_dist.protocol.faults import POLICIES
 from inferris_dist.scheduler.group import ProcessGroup
 from inferris_dist.scheduler.options import LaunchOptions
@@ -153,7 +154,6 @@ class DistributedEngine(Engine):
     def _log_step(self, trace: StepTrace) -> None:
         """The committed step in the wire log: its trace and the counters after it (what a
         page draws without re-running the engine)."""
-        from inferris_dist.observe.metrics import step_counters
         self.group.log.event("step", step=trace.step, epoch=self.group.epoch,
                              trace=self.trace_json(trace), counters=step_counters(self, trace))
 
