@@ -480,6 +480,9 @@ def test_the_faulted_runs_page_in_a_browser(browser, faulted):
     assert page["ranks"] == 4
     labels = [lane["label"] for lane in page["lanes"] if lane["kind"] == "rank"]
     assert labels == [f"rank {r}" for r in range(4)]
+    as_text = browser.evaluate("[...document.querySelectorAll('#lanes li')].map(li => li.textContent)")
+    assert [t.split(":")[0] for t in as_text if t.startswith("rank")] == labels   # in the DOM too
+    assert any("\u2192" in t for t in as_text)          # the restarted rank: its old pid, then its new
     assert page["steps"] == sorted(plans) and page["committed"] == len(committed)
     assert page["marks"].get("lost", 0) >= 1 and page["marks"].get("restart", 0) >= 1
     drawn = page["drawn"]

@@ -1148,7 +1148,8 @@ drag: pan &middot; click: details</span>
 </div>
 </header>
 <main>
-<div id="plot"><canvas id="cv"></canvas></div>
+<div id="plot"><canvas id="cv" role="img" aria-label="the run's lanes, drawn: see the list of lanes"></canvas>
+<ul id="lanes" class="sr" aria-label="lanes"></ul></div>
 <aside id="detail"></aside>
 </main>
 <div id="tip"></div>
@@ -1175,6 +1176,8 @@ button, input { font: inherit; padding: 1px 8px; border: 1px solid #b3bcc8; back
 button { cursor: pointer; }
 button:hover { background: #e4e9f0; }
 #help { color: #667; font-size: 12px; }
+.sr { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0);
+  white-space: nowrap; margin: 0; padding: 0; }
 #legend { font-size: 12px; color: #333; }
 .sw { display: inline-block; width: 10px; height: 10px; margin: 0 3px 0 9px; vertical-align: -1px;
   border-radius: 2px; }
@@ -1450,6 +1453,14 @@ lane('head', 18, RQ.more ? 'requests: the first ' + RQ.ids.length + ' of ' + RQ.
 RQ.ids.forEach((id, i) => lane('req', 13, id, {req: i}));
 let totalH = 0;
 for (const L of LANES) { L.y = totalH; totalH += L.h; }
+// the lanes as text too (the canvas is a picture): for screen readers, find-in-page and tests
+for (const L of LANES) {
+  if (L.kind !== 'rank' && L.kind !== 'sched' && L.kind !== 'steps') continue;
+  const li = document.createElement('li');
+  li.textContent = L.label + (L.R && L.R.pids.length ? ': pid ' + L.R.pids.join(' \u2192 ') : '')
+    + (L.R && L.R.host ? ' @ ' + L.R.host : '');
+  $('lanes').appendChild(li);
+}
 
 // -- drawing ---------------------------------------------------------------------------------
 const cv = $('cv'), ctx = cv.getContext('2d'), plot = $('plot');
