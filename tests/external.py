@@ -94,10 +94,11 @@ class Lines:
 class Scheduler:
     """`inferris-dist launch --listen ...` as a child; `prefix` runs it elsewhere (ip netns exec)."""
 
-    def __init__(self, args: Sequence[str], prefix: Sequence[str] = (), cwd: Path | None = None):
+    def __init__(self, args: Sequence[str], prefix: Sequence[str] = (), cwd: Path | None = None,
+                 preexec_fn=None):
         self.proc = subprocess.Popen([*prefix, *CLI, "launch", *map(str, args)], env=ENV,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, cwd=cwd)
+                                     stdin=subprocess.DEVNULL, cwd=cwd, preexec_fn=preexec_fn)
         self.out = Lines(self.proc.stdout)
         self.err = Lines(self.proc.stderr)
         self.address = ""

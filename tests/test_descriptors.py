@@ -16,7 +16,7 @@ import socket
 import subprocess
 
 import pytest
-from external import CLI, ENV, GOLDEN, Lines, Scheduler, exit_line, run_json, start_worker
+from external import GOLDEN, Scheduler, exit_line, run_json, start_worker
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 
@@ -55,25 +55,19 @@ def close_all(conns) -> None:
         c.close()
 
 
-class LowLimitScheduler(Scheduler):
-    """A `launch --listen` scheduler whose descriptor limit is 1,024, soft and hard."""
-
-    def __init__(self, args):
-        self.proc = subprocess.Popen([*CLI, "launch", *map(str, args)], env=ENV,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, preexec_fn=_limit_1024)
-        self.out = Lines(self.proc.stdout)
-        self.err = Lines(self.proc.stderr)
-        self.address = ""
+def listening_at_1024(keys, procs, world_size: int, *extra) -> tuple[Scheduler, str]:
+    """A `launch --listen --keys` scheduler whose descriptor limit is 1,024, soft and hard, with
+    room in this process for the burst; (the scheduler, its address)."""
+    _room_for_the_burst()
+    sched = Scheduler(["--listen", "tcp://127.0.0.1:0", "--keys", keys, "--spec", LONG,
+                       "--world-size", world_size, "--json", *extra], preexec_fn=_limit_1024)
+    procs.append(sched.proc)
+    return sched, sched.listening()
 
 
 def test_a_burst_during_the_join_neither_freezes_nor_ends_the_run(keys, procs):
-    _room_for_the_burst()
     want = run_json(LONG, "--world-size", 4)
-    sched = LowLimitScheduler(["--listen", "tcp://127.0.0.1:0", "--keys", keys, "--spec", LONG,
-                               "--world-size", 4, "--json"])
-    procs.append(sched.proc)
-    address = sched.listening()
+    sched, address = listening_at_1024(keys, procs, 4)
     conns = burst(address)
     try:
         workers = [start_worker(address, keys, r, 4) for r in range(4)]
@@ -87,12 +81,8 @@ def test_a_burst_during_the_join_neither_freezes_nor_ends_the_run(keys, procs):
 
 
 def test_a_burst_mid_run_neither_freezes_nor_ends_the_run(keys, procs):
-    _room_for_the_burst()
     want = run_json(LONG, "--world-size", 2)
-    sched = LowLimitScheduler(["--listen", "tcp://127.0.0.1:0", "--keys", keys, "--spec", LONG,
-                               "--world-size", 2, "--json", "--fault", "all:delay@0+:0.002"])
-    procs.append(sched.proc)
-    address = sched.listening()
+    sched, address = listening_at_1024(keys, procs, 2, "--fault", "all:delay@0+:0.002")
     workers = [start_worker(address, keys, r, 2) for r in range(2)]
     procs.extend(workers)
     sched.out.until(r'"step": 2\b', 30)
@@ -106,11 +96,7 @@ def test_a_burst_mid_run_neither_freezes_nor_ends_the_run(keys, procs):
 
 
 def test_sigterm_stops_the_scheduler_during_a_burst(keys, procs):
-    _room_for_the_burst()
-    sched = LowLimitScheduler(["--listen", "tcp://127.0.0.1:0", "--keys", keys, "--spec", LONG,
-                               "--world-size", 4, "--json"])
-    procs.append(sched.proc)
-    address = sched.listening()
+    sched, address = listening_at_1024(keys, procs, 4)
     conns = burst(address)
     try:
         sched.proc.send_signal(signal.SIGTERM)

@@ -37,6 +37,13 @@ needs_mpich = pytest.mark.skipif(not _is_mpich(MPIEXEC),
                                  reason="no MPICH mpiexec (pip install mpich, the test extra)")
 
 
+def mpiexec(n: int, address: str, keys: Path) -> subprocess.Popen:
+    """`mpiexec -n N inferris-dist worker` for a `--listen` scheduler at `address`."""
+    argv = [MPIEXEC, "-n", str(n), *CLI, "worker", "--connect", address, "--keys", str(keys)]
+    return subprocess.Popen(argv, env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
 @needs_mpich
 @pytest.mark.parametrize("n", [2, 4])
 def test_mpiexec_starts_the_ranks(tmp_path, n):
@@ -49,9 +56,7 @@ def test_mpiexec_starts_the_ranks(tmp_path, n):
                            "--world-size", n, "--json"])
         procs.append(sched.proc)
         address = sched.listening()
-        mpi = subprocess.Popen([MPIEXEC, "-n", str(n), *CLI, "worker", "--connect", address,
-                                "--keys", str(keys)], env=ENV, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        mpi = mpiexec(n, address, keys)
         procs.append(mpi)
         status, out, err = sched.finish()
         assert status == 0, err
@@ -81,16 +86,13 @@ def test_a_crash_under_mpiexec_is_replaced_in_one_window_by_a_second_mpiexec(tmp
                            "--fault", "1:crash@3", "--rejoin-timeout", 40])
         procs.append(sched.proc)
         address = sched.listening()
-        argv = [MPIEXEC, "-n", str(n), *CLI, "worker", "--connect", address, "--keys", str(keys)]
-        first = subprocess.Popen(argv, env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True)
+        first = mpiexec(n, address, keys)
         procs.append(first)
         sched.err.until("replacement for rank", 30)
         first.communicate(timeout=30)                     # Hydra takes the whole launch down
         for r in range(n):
             sched.err.until(f"replacement for ranks? .*{r}", 30)
-        second = subprocess.Popen(argv, env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
+        second = mpiexec(n, address, keys)
         procs.append(second)
         status, out, err = sched.finish(60)
         assert status == 0, err[-6:]
