@@ -65,9 +65,20 @@ class LocalGroup:
         scripts = accept_scripts(workload)
         self.ranks = [RankExecutor(r, self.world_size, cfg.num_pages, cfg.page_size, scripts)
                       for r in range(self.world_size)]
+        self._sent: list[ExecutionPlan] = []
 
     def execute(self, plan: ExecutionPlan) -> ExecutionResult:
         return join([rank.execute(plan) for rank in self.ranks], self.world_size, plan.step)
+
+    # Overlap scheduling: plans are sent ahead and collected in order; the ranks execute
+    # them in the order sent, as workers do with the plans queued on their socket.
+    def submit(self, plan: ExecutionPlan) -> None:
+        self._sent.append(plan)
+
+    def collect(self, plan: ExecutionPlan) -> ExecutionResult:
+        first = self._sent.pop(0)
+        assert first is plan, "plans are collected in the order they were sent"
+        return self.execute(first)
 
     def shards(self) -> dict[int, list]:
         """Each rank's shard as a snapshot, for the audit."""

@@ -29,7 +29,8 @@ def pages_needed(tokens: int, page_size: int) -> int:
 
 
 class PagePool:
-    __slots__ = ("num_pages", "page_size", "owner", "refs", "slots", "_free", "on_unreferenced")
+    __slots__ = ("num_pages", "page_size", "owner", "refs", "slots", "_free", "on_unreferenced",
+                 "writing", "held")
 
     def __init__(self, num_pages: int, page_size: int):
         self.num_pages = num_pages
@@ -40,6 +41,11 @@ class PagePool:
         self._free = deque(range(num_pages))
         # Told when a cache page's last mapping goes: it may now be evictable.
         self.on_unreferenced: Callable[[int], None] = lambda page: None
+        # Overlap scheduling (engine/overlap.py): page -> the last step in flight whose plan
+        # writes it. A page freed while such a plan may still write it is held back from the
+        # free list (in `held`, by that step) until the plan has landed. Empty at other rungs.
+        self.writing: dict[int, int] = {}
+        self.held: dict[int, list[int]] = {}
 
     @property
     def num_free(self) -> int:
@@ -57,7 +63,28 @@ class PagePool:
         self.owner[page] = None
         self.refs[page] = 0
         self.slots.clear(page)
-        self._free.append(page)
+        step = self.writing.get(page)
+        if step is None:
+            self._free.append(page)
+        else:                                   # a plan in flight may still write it: it waits
+            self.held.setdefault(step, []).append(page)
+
+    def plan_in_flight(self, step: int, placements) -> None:
+        """Overlap: the plan of `step` went out; until it lands, a page it writes is not reused."""
+        writing = self.writing
+        for pages in placements:
+            for page in pages:
+                writing[page] = step
+
+    def plan_landed(self, step: int, placements) -> None:
+        """Overlap: the plan of `step` has executed; the pages freed while it could write them
+        go to the free list (in the order they were freed)."""
+        writing = self.writing
+        for pages in placements:
+            for page in pages:
+                if writing.get(page) == step:
+                    del writing[page]
+        self._free.extend(self.held.pop(step, ()))
 
     def give_to_cache(self, page: int) -> None:
         """A published page: still mapped by the request that wrote it."""

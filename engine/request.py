@@ -31,7 +31,7 @@ class Request:
     __slots__ = ("index", "request_id", "tokens", "prompt", "max_new_tokens", "arrival_step",
                  "eos_after", "state", "finish_reason", "generated", "computed",
                  "page_table", "draft_len", "num_verdicts", "prefix_keys", "cache_cursor",
-                 "in_holders")
+                 "in_holders", "assumed")
 
     def __init__(self, index: int, spec: RequestSpec):
         self.index = index                      # position in the request list: the order of every phase
@@ -51,6 +51,7 @@ class Request:
         self.prefix_keys: list[int] | None = None   # keys of complete prompt blocks, made on first use
         self.cache_cursor = None        # (node, depth): how far the cache is known to hold this prefix
         self.in_holders = False                 # queued in the engine's preemption-victim heap
+        self.assumed = None     # overlap: what the step in flight is assumed to yield (overlap.Assumption)
 
     @property
     def target(self) -> int:

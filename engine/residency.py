@@ -46,6 +46,11 @@ class Holders:
 
 
 FULL_RELIEFS = ("evict", "preempt")
+# Overlap (engine/overlap.py): a step planned while another is in flight does not preempt
+# (a victim's pages that the step in flight writes could not be handed on until it lands);
+# work that does not fit after evicting waits for a later step ("defer": dropped from the
+# work, last first, the anchor too).
+AHEAD_RELIEFS = ("evict", "defer")
 
 
 def make_resident(work: Work, pool: PagePool, cache: RadixCache, holders: Holders,
@@ -79,6 +84,10 @@ def make_resident(work: Work, pool: PagePool, cache: RadixCache, holders: Holder
             return
         for relief in reliefs:
             if relief == "evict" and _evict(shortfall - pool.num_free, pool, cache, evicted):
+                break
+            if relief == "defer" and work:
+                req, n, _ = work.pop()
+                shortfall -= _short(req, n, page_size)
                 break
             if relief == "preempt":
                 victim = _victim(work, holders, anchor)

@@ -20,6 +20,9 @@ Before 08c nothing reclaims a cached page: a pool full of unreferenced cache
 pages with no victim left is OutOfPages. 08c's eviction is what makes the
 cache safe to keep.
     full   chunked   yes    evict, then preempt      publish, reuse   drafts
+
+Beyond the original design:
+    overlap  as full, with step k+1 planned while step k executes (engine/overlap.py)
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ BASE_FIELDS = ("step", "admitted", "scheduled", "executed", "sampled", "finished
 PREEMPT_FIELDS = BASE_FIELDS + ("preempted",)
 CACHE_FIELDS = PREEMPT_FIELDS + ("reused", "published", "evicted")
 ALL_FIELDS = CACHE_FIELDS + ("drafted", "accepted", "rolled_back")
+OVERLAP_FIELDS = ALL_FIELDS + ("discarded", "returned")
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class Rung:
     reuse: bool                      # phase 2: a cold request starts at its cached prefix
     speculation: bool                # phase 3: decoding requests draft spec_len tokens
     fields: tuple[str, ...]          # the trace fields this rung has, in SPEC §4 order
+    overlap: bool = False            # step k+1 planned while step k executes (mechanism 13)
+    beyond: bool = False             # a mechanism beyond the original design
 
     @property
     def never_fits(self) -> bool:
@@ -69,6 +75,9 @@ RUNGS: dict[str, Rung] = {r.name: r for r in (
          speculation=False),
     Rung("full", "speculation, boundary, ranks", budget="chunked", paged=True,
          reliefs=("evict", "preempt"), publish=True, reuse=True, speculation=True, fields=ALL_FIELDS),
+    Rung("overlap", "overlap scheduling", budget="chunked", paged=True,
+         reliefs=("evict", "preempt"), publish=True, reuse=True, speculation=True,
+         fields=OVERLAP_FIELDS, overlap=True, beyond=True),
 )}
 NAMES = tuple(RUNGS)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Iterator, NamedTuple
 
-from . import caching, speculation
+from . import caching, overlap, speculation
 from .boundary import build_plan, validate
 from .errors import EngineError, NeverFits
 from .group import LocalGroup
@@ -18,7 +18,7 @@ from .messages import ExecutionPlan, ExecutionResult
 from .pool import PagePool
 from .prefix import KeyTable, RadixCache
 from .request import FinishReason, Request, SampleResult, State
-from .residency import Holders, make_resident, preempt, release_pages
+from .residency import AHEAD_RELIEFS, Holders, make_resident, preempt, release_pages
 from .rungs import Rung
 from .rungs import rung as rung_named
 from .scheduler import Scheduler
@@ -36,6 +36,8 @@ class PreparedStep(NamedTuple):
     preempted: list[str]
     reused: dict[str, int]
     evicted: list[int]
+    voided: set[str]           # overlap: requests whose item is discarded (it was planned from
+    returned: dict[str, int]   # a state that never existed); placeholders given back, by id
 
 
 class Engine:
@@ -59,7 +61,8 @@ class Engine:
         self.cache = RadixCache()
         self.pool.on_unreferenced = self.cache.note_unreferenced
         self.keys = KeyTable()
-        self.step_id = 0
+        self.step_id = 0               # the next step to commit
+        self.next_step = 0             # the next step to plan (step_id + 1 while one is ahead)
         self.num_unfinished = len(self.requests)
         self.scheduler = Scheduler(self.requests)
         self._schedule = {"none": self.scheduler.schedule_all, "whole": self.scheduler.schedule_whole,
@@ -69,10 +72,18 @@ class Engine:
         self._phase11 = caching.publish if the_rung.publish else _publish_nothing
         self._reuse_queue = caching.ReuseQueue()
         self._holders = Holders()
+        # Overlap scheduling (engine/overlap.py): the step in flight, whose tokens the next
+        # plan assumes, and the step planned ahead of it (sent, not yet assumed).
+        self._overlap = the_rung.overlap
+        self._in_flight: PreparedStep | None = None
+        self._ahead: PreparedStep | None = None
+        self._taken_as_finished = 0    # requests the step in flight is assumed to finish
 
     @property
     def done(self) -> bool:
-        return self.num_unfinished == 0
+        """Every request finished and no plan in flight (overlap: the step planned ahead of
+        the last EOS still executes, its work discarded)."""
+        return self.num_unfinished == 0 and self._in_flight is None
 
     def run(self) -> Iterator[StepTrace]:
         while not self.done:
@@ -99,14 +110,18 @@ class Engine:
         RUNNING request means no reuse, no work, no residency, nothing to publish or sample),
         so the step is its empty trace, without a plan crossing the boundary. A long wait
         for arrivals then costs a trace per step, not a step's work."""
-        return not self.scheduler.running and self.scheduler.next_arrival() > self.step_id
+        return (not self.scheduler.running and self.scheduler.next_arrival() > self.step_id
+                and self._in_flight is None)
 
     def idle_step(self) -> StepTrace:
         trace = StepTrace.idle(self.step_id)
         self.step_id += 1
+        self.next_step = self.step_id
         return trace
 
     def step(self) -> StepTrace:
+        if self._overlap:
+            return self.overlapped_step()
         prepared = self.prepare()
         try:
             result = self.executor.execute(prepared.plan)
@@ -115,10 +130,62 @@ class Engine:
             raise
         return self.commit(prepared, result)
 
+    # -- overlap scheduling (mechanism 13) -------------------------------------------
+
+    def overlapped_step(self) -> StepTrace:
+        """Commit one step, with the next one planned and sent before this one's result is
+        read: prepare k (unless it went out ahead of k-1), prepare k+1 from k's assumptions,
+        commit k, then let k+1's plan assume k's tokens."""
+        current = self._in_flight
+        if current is None:
+            current = self.send(self.prepare())
+            self.assume(current)
+        ahead = self.send(self.prepare()) if self.can_plan_ahead() else None
+        self._ahead = ahead
+        try:
+            result = self.executor.collect(current.plan)
+        except EngineError as e:
+            e.step = current.step if e.step is None else e.step
+            raise
+        trace = self.commit(current, result)
+        self._in_flight = self._ahead = None
+        if ahead is not None:
+            self.assume(ahead)
+        return trace
+
+    def send(self, prepared: PreparedStep) -> PreparedStep:
+        """The plan goes to the executor; until it lands, no page it writes is reused."""
+        self.executor.submit(prepared.plan)
+        self.pool.plan_in_flight(prepared.step, (item.placements for item in prepared.plan.items))
+        return prepared
+
+    def assume(self, prepared: PreparedStep) -> None:
+        self._taken_as_finished = overlap.assume(prepared.work, prepared.voided)
+        self._in_flight = prepared
+
+    def can_plan_ahead(self) -> bool:
+        """Some request can be scheduled next step: a RUNNING one not taken as finished by the
+        step in flight, or one arriving. Otherwise the next step waits for this one's result
+        (so the engine never plans a step it cannot fill)."""
+        return (len(self.scheduler.running) > self._taken_as_finished
+                or self.scheduler.next_arrival() <= self.next_step)
+
+    def _forget_preempted(self, preempted: list[Request]) -> None:
+        """Overlap: a request preempted while its item is in flight gives its placeholders back
+        at once; the item is discarded when its step commits."""
+        in_flight = self._in_flight
+        for req in preempted:
+            if req.assumed is not None:
+                if overlap.taken_as_finished(req):
+                    self._taken_as_finished -= 1
+                in_flight.returned[req.request_id] = overlap.forget(req)
+                in_flight.voided.add(req.request_id)
+
     # -- phases 1 to 6 ---------------------------------------------------------------
 
     def prepare(self) -> PreparedStep:
-        step = self.step_id
+        step = self.next_step
+        self.next_step = step + 1
         admitted = self._admit(step)
         return self._plan(step, [r.request_id for r in admitted])
 
@@ -137,9 +204,11 @@ class Engine:
             raise
         for req in preempted:
             self._reuse_queue.add(req)
+        if self._in_flight is not None and preempted:
+            self._forget_preempted(preempted)
         plan = build_plan(step, work, self.config.page_size)
         return PreparedStep(step, plan, work, admitted, scheduled,
-                            [r.request_id for r in preempted], reused, evicted)
+                            [r.request_id for r in preempted], reused, evicted, set(), {})
 
     def replan_without_pages(self, prepared: PreparedStep) -> PreparedStep:
         """Every page is lost (the executor came back empty): plan the step again from nothing.
@@ -154,7 +223,9 @@ class Engine:
                               evicted=prepared.evicted + again.evicted)
 
     def _make_resident(self, work, evicted: list[int], preempted: list[Request]) -> None:
-        make_resident(work, self.pool, self.cache, self._holders, evicted, preempted, self._relief)
+        in_flight = self._in_flight
+        reliefs = self._relief if in_flight is None or not in_flight.plan.items else AHEAD_RELIEFS
+        make_resident(work, self.pool, self.cache, self._holders, evicted, preempted, reliefs)
 
     def _admit(self, step: int) -> list[Request]:
         arrived = self.scheduler.admit(step)
@@ -197,19 +268,54 @@ class Engine:
         except EngineError as e:
             e.step = prepared.step
             raise
+        if self._overlap:
+            return self._commit_overlapped(prepared, result)
+        return self._commit(prepared, prepared.work, result.outcomes)
+
+    def _commit_overlapped(self, prepared: PreparedStep, result: ExecutionResult) -> StepTrace:
+        """Phases 9 to 13 from the committed state, as at `full`, for the items not discarded;
+        then what differs from what the next plan assumed is given back."""
+        voided, gave_back = prepared.voided, prepared.returned
+        work, outcomes, assumed = [], [], []
+        for entry, outcome in zip(prepared.work, result.outcomes):
+            if entry[0].request_id not in voided:
+                work.append(entry)
+                outcomes.append(outcome)
+                assumed.append(overlap.settle(entry[0]))
+        self._taken_as_finished = 0
+        trace = self._commit(prepared, work, outcomes)
+        real = {}
+        for (req, _, _), a in zip(work, assumed):
+            back = overlap.reconcile(req, a)
+            if back:
+                real[req.request_id] = back
+        ahead = self._ahead
+        if ahead is not None:
+            ahead.voided.update(real)
+        discarded, returned = {}, {}
+        for req, n, _ in prepared.work:
+            rid = req.request_id
+            if rid in voided:
+                discarded[rid] = n
+            back = gave_back.get(rid) or real.get(rid)
+            if back:
+                returned[rid] = back
+        self.pool.plan_landed(prepared.step, (item.placements for item in prepared.plan.items))
+        return trace._replace(discarded=discarded, returned=returned)
+
+    def _commit(self, prepared: PreparedStep, work: list, outcomes) -> StepTrace:
         pool, cache, keys = self.pool, self.cache, self.keys
         write = pool.slots.write_span
         executed, drafted, accepted, rolled_back = {}, {}, {}, {}
         published, sampled, finished = {}, {}, {}
-        work = prepared.work
         # phase 9, apply: the writes land, the frontier moves
-        for (req, n, _), outcome in zip(work, result.outcomes):
+        for (req, n, _), outcome in zip(work, outcomes):
             rid = req.request_id
             write(outcome.writes, rid, outcome.start_position, outcome.executed_tokens)
             req.computed += outcome.executed_tokens
             executed[rid] = n
         # phase 10, resolve
-        for (req, n, decode), outcome in zip(work, result.outcomes):
+        for (req, n, decode), outcome in zip(work, outcomes):
             if decode:
                 d, a, r = speculation.resolve(req, n, outcome.accepted, pool)
                 rid = req.request_id

@@ -20,17 +20,21 @@ class StepTrace(NamedTuple):
     drafted: dict[str, int]
     accepted: dict[str, int]
     rolled_back: dict[str, int]
+    discarded: dict[str, int] = {}     # overlap only (engine/overlap.py); never mutated
+    returned: dict[str, int] = {}
 
     def to_json(self, fields: tuple[str, ...] | None = None) -> dict:
         """SPEC §4's object; `fields`: only those (a rung of the ladder has fewer)."""
-        if fields is None or len(fields) == len(self._fields):
+        if fields is None:
+            fields = SPEC_FIELDS
+        if fields == self._fields:
             return self._asdict()
         return {f: getattr(self, f) for f in fields}
 
     def json_line(self, fields: tuple[str, ...] | None = None) -> str:
         """The SPEC §4 line (without the newline): `json.dumps(to_json())`, cheaper for idle steps."""
         if self.is_empty:
-            return f'{{"step": {self.step}, {_idle_rest(fields or self._fields)}'
+            return f'{{"step": {self.step}, {_idle_rest(fields or SPEC_FIELDS)}'
         return json.dumps(self.to_json(fields))
 
     @classmethod
@@ -43,6 +47,8 @@ class StepTrace(NamedTuple):
         """Nothing happened (a step while requests are still to arrive)."""
         return not any(self[1:])
 
+
+SPEC_FIELDS = StepTrace._fields[:13]     # SPEC §4's fields; the overlap rung adds the last two
 
 
 @functools.lru_cache(maxsize=16)
