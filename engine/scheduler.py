@@ -40,6 +40,13 @@ class Scheduler:
             bisect.insort(self.running, req, key=_order)
         return arrived
 
+    def unadmit(self, requests: list[Request]) -> None:
+        """Overlap: a step planned ahead is withdrawn (a recompute); what it admitted waits again."""
+        for req in requests:
+            req.state = State.WAITING
+            del self.running[bisect.bisect_left(self.running, req.index, key=_order)]
+            heapq.heappush(self._waiting, (req.arrival_step, req.index, req))
+
     def next_arrival(self) -> float:
         """The earliest arrival_step still WAITING (infinity when none is)."""
         return self._waiting[0][0] if self._waiting else float("inf")

@@ -181,6 +181,30 @@ class Engine:
                 in_flight.returned[req.request_id] = overlap.forget(req)
                 in_flight.voided.add(req.request_id)
 
+    def withdraw_in_flight(self, prepared: PreparedStep) -> PreparedStep:
+        """Overlap, before a recompute plans `prepared`'s step again from nothing: its
+        assumptions go (every request as committed), the step planned ahead of it is withdrawn
+        (what it admitted waits again; whom it preempted stays preempted, shown with this
+        step), and no plan is in flight any more. Returns `prepared` to plan again."""
+        for req, _, _ in prepared.work:
+            if req.assumed is not None:
+                overlap.settle(req)
+        ahead, self._ahead, self._in_flight = self._ahead, None, None
+        self._taken_as_finished = 0
+        self.pool.writing.clear()
+        for step in sorted(self.pool.held):
+            for page in self.pool.held.pop(step):
+                self.pool.free(page)
+        self.next_step = prepared.step + 1
+        if ahead is None:
+            return prepared
+        admitted = [self.by_id[rid] for rid in ahead.admitted]
+        for req in admitted:
+            preempt(req, self.pool)            # pages it was given (a reuse, its first chunk) go back
+        self.scheduler.unadmit(admitted)
+        shown = [rid for rid in ahead.preempted if rid not in ahead.admitted]
+        return prepared._replace(preempted=prepared.preempted + shown)
+
     # -- phases 1 to 6 ---------------------------------------------------------------
 
     def prepare(self) -> PreparedStep:

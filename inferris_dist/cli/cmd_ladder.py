@@ -17,7 +17,7 @@ from inferris_dist.engine import Engine, EngineError
 from inferris_dist.engine.rungs import RUNGS
 
 COLUMNS = ("rung", "adds", "steps", "computed", "reused", "preempted", "drafted", "accepted",
-           "batch", "finished")
+           "discarded", "batch", "finished")
 
 
 def climb(workload) -> list[dict]:
@@ -28,8 +28,9 @@ def climb(workload) -> list[dict]:
 def rung_row(workload, name: str) -> dict:
     rung = RUNGS[name]
     engine = Engine(workload, rung=name)
-    row = {"rung": name, "adds": rung.adds, "steps": 0, "computed": 0, "reused": 0, "preempted": 0,
-           "drafted": 0, "accepted": 0, "batch": 0.0, "finished": 0, "error": None}
+    adds = rung.adds + (" (beyond the original)" if rung.beyond else "")
+    row = {"rung": name, "adds": adds, "steps": 0, "computed": 0, "reused": 0, "preempted": 0,
+           "drafted": 0, "accepted": 0, "discarded": 0, "batch": 0.0, "finished": 0, "error": None}
     batches = []
     try:
         for t in engine.run():
@@ -39,6 +40,7 @@ def rung_row(workload, name: str) -> dict:
             row["preempted"] += len(t.preempted)
             row["drafted"] += sum(t.drafted.values())
             row["accepted"] += sum(t.accepted.values())
+            row["discarded"] += sum(t.discarded.values())
             row["finished"] += len(t.finished)
             if t.executed:
                 batches.append(len(t.executed))
@@ -59,7 +61,7 @@ def write_table(rows: list[dict], num_requests: int, out, style) -> None:
         else:
             table.append((r["rung"], r["adds"], str(r["steps"]), str(r["computed"]), str(r["reused"]),
                           str(r["preempted"]), str(r["drafted"]), str(r["accepted"]),
-                          f"{r['batch']:.2f}", f"{r['finished']}/{num_requests}"))
+                          str(r["discarded"]), f"{r['batch']:.2f}", f"{r['finished']}/{num_requests}"))
     widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
     for i, row in enumerate(table):
         cells = [v.ljust(w) if j < 2 else v.rjust(w) for j, (v, w) in enumerate(zip(row, widths))]

@@ -146,7 +146,7 @@ def build_parser() -> Parser:
                          "one table of what each mechanism buys")
     add_workload_flags(lad)
     lad.add_argument("--json", action="store_true", help="one JSON object per rung")
-    me = sub.add_parser("mechs", help="the twelve mechanisms, where they live; `mechs NAME` prints "
+    me = sub.add_parser("mechs", help="the mechanisms (twelve, and one beyond the original), where they live; `mechs NAME` prints "
                         "one's note")
     me.add_argument("name", nargs="?", metavar="NAME", help="a mechanism: number, slug or name")
     la = sub.add_parser("launch", help="run a workload with its ranks on real worker processes",
@@ -295,10 +295,12 @@ def cmd_mechs(args) -> int:
                              f"{e.strerror or e}") from None
         return EXIT_OK
     rows = [("#", "mechanism", "key question", "rung", "module", "tests")] + [
-        (m.number, m.name, m.question, m.rung, m.module, m.tests) for m in MECHANISMS]
+        (m.number, m.name + (" *" if m.beyond else ""), m.question, m.rung, m.module, m.tests)
+        for m in MECHANISMS]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         sys.stdout.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n")
+    sys.stdout.write("* beyond the original design: the original ladder ends at 12\n")
     sys.stdout.write("inferris-dist mechs NAME prints a mechanism's note (docs/mechanisms/)\n")
     return EXIT_OK
 

@@ -23,6 +23,7 @@ class Mechanism(NamedTuple):
     rung: str
     module: str
     tests: str
+    beyond: bool = False     # beyond the original design (the original ladder ends at 12)
 
     @property
     def note(self) -> Path:
@@ -60,6 +61,9 @@ MECHANISMS = [
               "full", "engine/boundary.py", "tests/test_boundary.py"),
     Mechanism("12", "parallelism", "parallelism", "When do N rank answers make one?",
               "full", "engine/group.py", "tests/test_group.py"),
+    Mechanism("13", "overlap-scheduling", "overlap scheduling",
+              "What may step k+1 assume of step k while k executes?",
+              "overlap", "engine/overlap.py", "tests/test_note_13_overlap_scheduling.py", beyond=True),
 ]
 
 
