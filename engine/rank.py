@@ -35,16 +35,46 @@ class RankExecutor:
     def verdicts(self, plan: ExecutionPlan) -> RankExecutionResult:
         """The outcomes alone, the shard untouched: a rank on processes replies with these
         first, and writes its shard after (`apply`), before it reads the next message."""
-        scripts = self.accept_scripts
-        outcome = ItemOutcome._make
-        outcomes = [outcome((rid, start, num_tokens,
-                             verdict(scripts.get(rid), verdict_index, num_tokens - 1) if decode else 0,
-                             pages))
-                    for rid, start, num_tokens, _, decode, verdict_index, pages in plan.items]
-        return RankExecutionResult(self.rank, self.world_size, plan.step, tuple(outcomes))
+        if not plan.items:
+            return RankExecutionResult(self.rank, self.world_size, plan.step, ())
+        ids, starts, counts, _, decodes, indexes, placements = zip(*plan.items)
+        accepted = self.accepted(ids, counts, decodes, indexes)
+        outcomes = tuple(map(ItemOutcome._make, zip(ids, starts, counts, accepted, placements)))
+        return RankExecutionResult(self.rank, self.world_size, plan.step, outcomes)
 
     def apply(self, plan: ExecutionPlan) -> None:
         """Write every item's positions into the shard, at its placements."""
         write = self.shard.write_span
         for rid, start, num_tokens, _, _, _, pages in plan.items:
             write(pages, rid, start, num_tokens)
+
+    # The same two, over a plan's columns (a rank on processes gets its plan as columns and
+    # never builds the items): one value per item in each, the pages of all items concatenated.
+
+    def accepted(self, request_ids, counts, decodes, verdict_indexes) -> list[int]:
+        """Each item's accepted draft tokens: 0 for a prefill, else `verdict` (inlined: the
+        rank's hot path) of its script for its num_tokens - 1 drafted."""
+        get = self.accept_scripts.get
+        out: list[int] = []
+        add = out.append
+        for rid, count, decode, index in zip(request_ids, counts, decodes, verdict_indexes):
+            if not decode:
+                add(0)
+                continue
+            drafted = count - 1
+            script = get(rid)
+            if script is None or index >= len(script):
+                add(drafted)
+                continue
+            a = script[index]
+            add(a if 0 <= a <= drafted else drafted if a > drafted else min(0, drafted))
+        return out
+
+    def apply_columns(self, request_ids, starts, counts, num_pages, pages) -> None:
+        """`apply`: item i is written at the next num_pages[i] of `pages`."""
+        write = self.shard.write_span
+        pages = tuple(pages)
+        at = 0
+        for rid, start, num_tokens, k in zip(request_ids, starts, counts, num_pages):
+            write(pages[at:at + k], rid, start, num_tokens)
+            at += k

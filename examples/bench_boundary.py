@@ -4,8 +4,11 @@ gather of the same plan and result sizes to N processes, no engine).
 
     python examples/bench_boundary.py [--requests 1000] [--world-size 4]
 
-Prints engine time for each, the distributed/in-process ratio, and the
-per-step boundary overhead against the floor's per-step cost.
+Prints engine time for each, the distributed/in-process ratio, the
+per-step boundary overhead against the floor's per-step cost, and a rank's own
+work per step on the wire's hot path (decode and check the PLAN, the verdicts,
+encode the RESULT, then the writes into its shard), with the scheduler's
+encode of the PLAN and decode of the RESULT.
 """
 from __future__ import annotations
 
@@ -26,8 +29,10 @@ sys.path.insert(0, str(HERE.parent))
 from serving import serving_workload  # noqa: E402
 
 from inferris_dist import launch  # noqa: E402
-from inferris_dist.engine import Engine, LocalGroup, load_workload  # noqa: E402
+from inferris_dist.engine import Engine, LocalGroup, accept_scripts, load_workload  # noqa: E402
+from inferris_dist.engine.rank import RankExecutor  # noqa: E402
 from inferris_dist.launcher import spawn_workers, stop_workers  # noqa: E402
+from inferris_dist.protocol import wire  # noqa: E402
 from inferris_dist.protocol.wire import MsgType, encode_body  # noqa: E402
 
 
@@ -37,12 +42,49 @@ class Recorder(LocalGroup):
     def __init__(self, workload, world_size):
         super().__init__(workload, world_size)
         self.sizes: list[tuple[bytes, int]] = []
+        self.plans = []
 
     def execute(self, plan):
         result = super().execute(plan)
         result_len = len(encode_body(MsgType.RESULT, result.outcomes))
         self.sizes.append((encode_body(MsgType.PLAN, plan), result_len))
+        self.plans.append(plan)
         return result
+
+
+def hot_path(workload, plans, repeat: int) -> dict[str, float]:
+    """Seconds per step (best of `repeat` passes over the run's plans) of what a rank does with
+    a PLAN (as Worker.answer does it) and of the scheduler's encode and decode around it."""
+    cfg = workload.config
+    frames = [encode_body(MsgType.PLAN, p) for p in plans]
+    best: dict[str, float] = {}
+    clock = time.perf_counter
+    for _ in range(repeat):
+        rank = RankExecutor(1, cfg.world_size, cfg.num_pages, cfg.page_size, accept_scripts(workload))
+        t = dict.fromkeys(("decode", "verdicts", "encode", "apply", "scheduler encode",
+                           "scheduler decode"), 0.0)
+        for plan, frame in zip(plans, frames):
+            t0 = clock()
+            c = wire.decode_plan_columns(frame)
+            if c.pages and max(c.pages) >= cfg.num_pages:
+                raise ValueError("a page past the shard")
+            ids, cols = c.request_ids, c.cols
+            n = len(ids)
+            t1 = clock()
+            accepted = rank.accepted(ids, cols[n:2 * n], cols[3 * n:4 * n], cols[4 * n:5 * n])
+            t2 = clock()
+            body = wire.encode_result_of(c, accepted)
+            t3 = clock()
+            rank.apply_columns(ids, cols[:n], cols[n:2 * n], cols[5 * n:], c.pages)
+            t4 = clock()
+            _, sent = wire.encode_plan(plan)
+            t5 = clock()
+            wire.decode_result(body, sent)
+            t6 = clock()
+            for key, dt in zip(t, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):
+                t[key] += dt
+        best = {k: min(best.get(k, v), v) for k, v in t.items()}
+    return {k: v / len(plans) for k, v in best.items()}
 
 
 def in_process(workload, world_size: int) -> tuple[float, int]:
@@ -129,6 +171,12 @@ def main() -> int:
         extra = dist - base
         print(f"boundary overhead vs {label} in process: {extra / steps * 1e6:5.0f} us/step, "
               f"{extra / bare:.2f}x the floor's {bare / steps * 1e6:.0f} us/step")
+    micro = hot_path(workload, recorder.plans, max(a.repeat, 5))
+    items = sum(len(p.items) for p in recorder.plans) / max(1, len(recorder.plans))
+    print(f"a rank's hot path, per step ({items:.0f} items; best of {max(a.repeat, 5)} passes, no I/O): "
+          + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in micro.items() if not k.startswith("sched")))
+    print("  the scheduler's side: " + ", ".join(f"{k.split()[1]} {v * 1e6:.1f} us"
+                                                 for k, v in micro.items() if k.startswith("sched")))
     sizes = [int(x) for x in a.world_sizes.split(",") if x.strip()]
     if sizes:
         print(f"\nper step by world size (best of {a.repeat}; overhead = processes - in process, "

@@ -192,7 +192,8 @@ def test_one_step_of_a_crash_shows_both_epochs_and_what_happened(logs):
 def test_one_step_of_a_disagreement_shows_each_rank_and_the_violation(logs):
     lines = inspect(logs["disagree"], 3)
     _, ranks = step_tables(lines)
-    assert ranks == [["0", "10", "B", "p0", "7", "1", "1", "6"], ["1", "10", "B", "p0", "7", "1", "0", "6"]]
+    # one outcome in a RESULT of protocol 3: [ids], 16 bytes of columns, 4 of writes: 29 bytes
+    assert ranks == [["0", "29", "B", "p0", "7", "1", "1", "6"], ["1", "29", "B", "p0", "7", "1", "0", "6"]]
     assert lines[-1].strip() == ("join: GroupViolation: rank 1 disagrees with rank 0: "
                                  "item 0 (p0) accepted 1 vs 0")
 

@@ -1,8 +1,9 @@
 """The wire pinned byte for byte: a few fixed messages of every shape and their exact bytes.
 
-Messages are NamedTuples encoded as msgpack arrays, so the protocol is the fields' order:
-reorder a field of a plan item and every round-trip test still passes while every peer
-of the old order breaks. These pins fail instead. A change of format is then on purpose:
+Most messages are NamedTuples encoded as msgpack arrays, so the protocol is the fields' order;
+a PLAN and a RESULT are columns of int32 (protocol 3), so it is the columns' order too:
+reorder a field of a plan item (or a column) and every round-trip test still passes while
+every peer of the old order breaks. These pins fail instead. A change of format is then on purpose:
 bump wire.PROTOCOL_VERSION and re-pin (the expected bytes below, and the version)."""
 from __future__ import annotations
 
@@ -21,12 +22,21 @@ SHARD = [(3, [("r0", 4, 0b1011)])]
 
 PINNED = [
     # (name, kind or None for a header, the message, its exact bytes in hex)
-    ("header", None, (MsgType.PLAN, 1, 7, 2, 4), "96020401070204"),
+    ("header", None, (MsgType.PLAN, 1, 7, 2, 4), "96030401070204"),
     ("hello", MsgType.HELLO, wire.Hello(4242, b"\x01" * 4), "92cd1092c40401010101"),
     ("config", MsgType.CONFIG, CONFIG,
      "95080481a272329201029192039193a2723004c4010b91a9313a63726173684033"),
-    ("plan", MsgType.PLAN, PLAN, "92059297a27230060302c30192040597a27231000400c2009106"),
-    ("result", MsgType.RESULT, OUTCOMES, "9295a2723006030192040595a272310004009106"),
+    # [step, ids, bin: start 6,0 | tokens 3,4 | draft 2,0 | decode 1,0 | verdict 1,0 | pages 2,1,
+    #  bin: pages 4,5,6], every column int32 little-endian
+    ("plan", MsgType.PLAN, PLAN,
+     "940592a27230a27231c430" "0600000000000000" "0300000004000000" "0200000000000000"
+     "0100000000000000" "0100000000000000" "0200000001000000" "c40c" "040000000500000006000000"),
+    ("empty plan", MsgType.PLAN, ExecutionPlan(3, ()), "940390c400c400"),
+    # [ids, bin: start 6,0 | executed 3,4 | accepted 1,0 | writes 2,1, bin: writes 4,5,6]
+    ("result", MsgType.RESULT, OUTCOMES,
+     "9392a27230a27231c420" "0600000000000000" "0300000004000000" "0100000000000000"
+     "0200000001000000" "c40c" "040000000500000006000000"),
+    ("empty result", MsgType.RESULT, (), "9390c400c400"),
     ("shard", MsgType.SHARD, SHARD, "9192039193a2723004c4010b"),
     ("refused", MsgType.REFUSED, ("go away",), "91a7676f2061776179"),
     ("ready", MsgType.READY, (), "90"),
@@ -34,10 +44,10 @@ PINNED = [
 
 
 def test_the_protocol_version_is_the_pinned_one():
-    assert wire.PROTOCOL_VERSION == 2, "the format changed: re-pin every message below"
+    assert wire.PROTOCOL_VERSION == 3, "the format changed: re-pin every message below"
 
 
-@pytest.mark.parametrize("name,kind,message,hexed", PINNED, ids=[p[0] for p in PINNED])
+@pytest.mark.parametrize("name,kind,message,hexed", PINNED, ids=[p[0].replace(" ", "-") for p in PINNED])
 def test_a_message_encodes_to_its_pinned_bytes(name, kind, message, hexed):
     if kind is None:
         assert wire.encode_header(*message).hex() == hexed
@@ -45,7 +55,7 @@ def test_a_message_encodes_to_its_pinned_bytes(name, kind, message, hexed):
         assert wire.encode_body(kind, message).hex() == hexed
 
 
-@pytest.mark.parametrize("name,kind,message,hexed", PINNED, ids=[p[0] for p in PINNED])
+@pytest.mark.parametrize("name,kind,message,hexed", PINNED, ids=[p[0].replace(" ", "-") for p in PINNED])
 def test_pinned_bytes_decode_to_the_message(name, kind, message, hexed):
     frame = bytes.fromhex(hexed)
     if kind is None:
@@ -69,3 +79,10 @@ def test_the_timing_frame_is_pinned():
     hexed = "94cb3ff0000000000000cb3ff8000000000000cb4000000000000000cb4002000000000000"
     assert wire.encode_timing(times).hex() == hexed
     assert wire.decode_timing(bytes.fromhex(hexed)) == times
+
+
+def test_an_honest_rank_builds_the_pinned_result_from_the_plan_bytes():
+    """The rank's hot path never builds outcomes: its RESULT is the plan's columns with the
+    accepted column in place of three, and must be the very bytes of the pinned RESULT."""
+    plan = wire.decode_plan_columns(wire.encode_body(MsgType.PLAN, PLAN))
+    assert wire.encode_result_of(plan, [1, 0]).hex() == dict((p[0], p[3]) for p in PINNED)["result"]

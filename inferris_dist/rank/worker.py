@@ -127,7 +127,10 @@ class Worker:
                     fail(f"rank {self.rank}: a message of {len(frames)} frames from the scheduler")
                 try:
                     header = wire.decode_header(frames[0])
-                    body = wire.decode_body(header.type, frames[1])
+                    if header.type is MsgType.PLAN:       # as columns: the items are never built
+                        body = wire.decode_plan_columns(frames[1])
+                    else:
+                        body = wire.decode_body(header.type, frames[1])
                 except wire.WireError as e:
                     fail(f"rank {self.rank}: bad message from the scheduler: {e}")
                 self.times = (received, time.monotonic())
@@ -226,26 +229,42 @@ class Worker:
             else:
                 fail(f"rank {self.rank}: unexpected {header.type.name} from the scheduler")
 
-    def answer(self, plan) -> None:
+    def answer(self, plan: wire.PlanColumns) -> None:
         """Verdicts, reply, then write the shard: the writes are off the scheduler's wait (the
         shard is exact again before the next message is read, audit and snapshot included).
-        The faults act around it."""
+        The plan stays columns: its page ids checked in range at once, the verdicts computed
+        from its columns, the RESULT built from its bytes. A step a fault acts on goes the
+        general way, through items and outcomes, so the faults can act around it."""
         firing = self.faults.firing(plan.step)
         if firing:
             self.faults.before(firing, self)
+        pages = plan.pages
+        if pages and max(pages) >= self.num_pages:
+            raise ValueError(f"page {max(pages)} is outside the shard's {self.num_pages} pages")
+        if firing:
+            return self.answer_with_faults(firing, wire.plan_of(plan))
+        executor = self.executor
+        ids, cols = plan.request_ids, plan.cols
+        n = len(ids)
+        counts = cols[n:2 * n]
+        accepted = executor.accepted(ids, counts, cols[3 * n:4 * n], cols[4 * n:5 * n])
+        executed = time.monotonic()
+        frames = [wire.encode_header(MsgType.RESULT, self.epoch, plan.step, self.rank, self.world_size),
+                  wire.encode_result_of(plan, accepted)]
+        if self.timing:
+            frames.append(wire.encode_timing((*self.times, executed, time.monotonic())))
+        self.sock.send_multipart(frames)
+        self.faults.previous = frames
+        executor.apply_columns(ids, cols[:n], counts, cols[5 * n:], pages)
+
+    def answer_with_faults(self, firing: dict, plan) -> None:
         outcomes = self.executor.verdicts(plan).outcomes
         executed = time.monotonic()
-        if firing:
-            outcomes = self.faults.outcomes(firing, outcomes, self.num_pages)
+        outcomes = self.faults.outcomes(firing, outcomes, self.num_pages)
         frames = [wire.encode_header(MsgType.RESULT, self.epoch, plan.step, self.rank, self.world_size),
                   wire.encode_body(MsgType.RESULT, outcomes)]
         if self.timing:
             frames.append(wire.encode_timing((*self.times, executed, time.monotonic())))
-        if not firing:
-            self.sock.send_multipart(frames)
-            self.faults.previous = frames
-            self.executor.apply(plan)
-            return
         for message in self.faults.sends(firing, self.faults.frames(firing, frames)):
             self.sock.send_multipart(message)
         self.faults.after_reply(firing, self)

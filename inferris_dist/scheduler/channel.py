@@ -197,8 +197,12 @@ class RankChannel:
         """Send `body` (encoded once, the same bytes to every rank) and gather one reply of kind
         `expect` from each, decoded once when every rank sent the same bytes, logged as it
         came; the record (a step's; None for an audit) is the one the channel keeps as its
-        last. RankLost when a rank is lost or breaks the protocol."""
-        encoded = wire.encode_body(send, body)
+        last. RankLost when a rank is lost or breaks the protocol. A RESULT is read back
+        against the plan's own bytes: what repeats the plan shares its values."""
+        if send is MsgType.PLAN:
+            encoded, sent = wire.encode_plan(body)
+        else:
+            encoded, sent = wire.encode_body(send, body), None
         self.last_record = record                    # an audit has none: the step's verdict stands
         if record is not None:
             record.plan_bytes = len(encoded)
@@ -211,9 +215,9 @@ class RankChannel:
         raw = [got[r][1] for r in range(self.world_size)]
         if all(b == raw[0] for b in raw):
             blame = 0 if self.world_size == 1 else None      # the same bad bytes from every rank
-            decoded = [self.decode(blame, expect, raw[0], step)] * self.world_size
+            decoded = [self.decode(blame, expect, raw[0], step, sent)] * self.world_size
         else:
-            decoded = [self.decode(r, expect, raw[r], step) for r in range(self.world_size)]
+            decoded = [self.decode(r, expect, raw[r], step, sent) for r in range(self.world_size)]
         self.log_replies(dict(enumerate(decoded)))
         return {r: Reply(got[r][0], decoded[r]) for r in range(self.world_size)}
 
@@ -367,8 +371,11 @@ class RankChannel:
         self.note(rank, f"dropped a {what} {header.type.name} from rank {rank} "
                         f"(epoch {header.epoch}, step {header.step}){' ' + when if when else ''}")
 
-    def decode(self, rank: int | None, kind: MsgType, body: bytes, step: int):
+    def decode(self, rank: int | None, kind: MsgType, body: bytes, step: int,
+               sent: wire.SentPlan | None = None):
         try:
+            if kind is MsgType.RESULT and sent is not None:
+                return wire.decode_result(body, sent)
             return wire.decode_body(kind, body)
         except wire.WireError as e:
             raise self.lost(rank, step, "protocol", f"sent a malformed {kind.name}: {e}") from None

@@ -1,0 +1,316 @@
+"""The columnar PLAN and RESULT (protocol 3), without processes.
+
+1. Any valid plan or result round-trips, to the same value and the same bytes (hypothesis).
+2. An honest rank's RESULT, built from the plan's bytes and its verdict column, is the very
+   bytes of the RESULT of the outcomes built item by item; read back against the plan it
+   answers, it decodes to the same outcomes as without the plan, and so does any lie.
+3. The rank's columnar execution (`accepted`, `apply_columns`) is `verdicts` and `apply`,
+   on every step of the golden workloads, shard for shard.
+4. The worker's hot path (`Worker.answer`) sends what the general path sends and leaves the
+   same shard; a page id past the shard fails before anything is sent or written.
+5. Hostile columns: every cut, every int32 of a valid body set to a hostile value, is a
+   `WireError` or a well-formed plan; the errors say what is wrong.
+"""
+from __future__ import annotations
+
+import struct
+
+import msgpack
+import pytest
+from external import GOLDEN, golden_workload
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from inferris_dist.engine import Engine, EngineError, LocalGroup, accept_scripts, load_workload
+from inferris_dist.engine.messages import ExecutionPlan, ItemOutcome, PlanItem
+from inferris_dist.engine.rank import RankExecutor, verdict
+from inferris_dist.protocol import wire
+from inferris_dist.protocol.faults import FaultPlan, parse_fault
+from inferris_dist.protocol.wire import MsgType, WireError
+from inferris_dist.rank.worker import Worker
+
+pytestmark = pytest.mark.timeout(60)
+
+FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+INT32 = 2**31 - 1
+IDS = st.text(max_size=8)
+PAGE = st.integers(0, INT32)
+PLAN_ITEMS = st.builds(PlanItem, IDS, st.integers(0, INT32), st.integers(1, INT32), st.integers(0, INT32),
+                       st.booleans(), st.integers(0, INT32), st.lists(PAGE, max_size=6).map(tuple))
+PLANS = st.builds(ExecutionPlan, st.integers(-(2**63), 2**64 - 1),
+                  st.lists(PLAN_ITEMS, max_size=12).map(tuple))
+OUTCOMES = st.lists(st.builds(ItemOutcome, IDS, st.integers(0, INT32), st.integers(0, INT32),
+                              st.integers(0, INT32), st.lists(PAGE, max_size=6).map(tuple)),
+                    max_size=12).map(tuple)
+
+
+def i32(*values: int) -> bytes:
+    return struct.pack(f"<{len(values)}i", *values)
+
+
+# -- 1. round trips --------------------------------------------------------------------------
+
+@settings(max_examples=300, **FUZZ)
+@given(PLANS)
+def test_any_valid_plan_roundtrips(plan):
+    frame = wire.encode_body(MsgType.PLAN, plan)
+    got = wire.decode_body(MsgType.PLAN, frame)
+    assert got == plan
+    assert all(type(i.decode) is bool and type(i.placements) is tuple for i in got.items)
+    assert wire.encode_body(MsgType.PLAN, got) == frame
+    columns = wire.decode_plan_columns(frame)
+    assert wire.plan_of(columns) == plan and columns.step == plan.step
+    n = len(plan.items)
+    assert len(columns.cols) == 6 * n
+    assert columns.column("decode").tolist() == [int(i.decode) for i in plan.items]
+
+
+@settings(max_examples=300, **FUZZ)
+@given(OUTCOMES)
+def test_any_valid_result_roundtrips(outcomes):
+    frame = wire.encode_body(MsgType.RESULT, outcomes)
+    got = wire.decode_body(MsgType.RESULT, frame)
+    assert got == outcomes and type(got) is tuple
+    assert wire.encode_body(MsgType.RESULT, got) == frame
+
+
+def test_values_past_int32_are_refused_when_encoding():
+    for bad in (2**31, -(2**31) - 1):
+        with pytest.raises(WireError, match="int32"):
+            wire.encode_body(MsgType.PLAN, ExecutionPlan(0, (PlanItem("a", bad, 1, 0, False, 0, (0,)),)))
+        with pytest.raises(WireError, match="int32"):
+            wire.encode_body(MsgType.RESULT, (ItemOutcome("a", 0, 1, 0, (bad,)),))
+
+
+# -- 2. the honest rank's RESULT, and reading it back against the plan -------------------------
+
+SCRIPTS = st.dictionaries(st.sampled_from(["a", "b", "c", ""]), st.lists(st.integers(-3, 9), max_size=4)
+                          .map(tuple), max_size=3)
+SMALL_ITEMS = st.builds(PlanItem, st.sampled_from(["a", "b", "c", "", "ü"]), st.integers(0, 300),
+                        st.integers(1, 9), st.integers(0, 8), st.booleans(), st.integers(0, 5),
+                        st.lists(st.integers(0, 15), max_size=4).map(tuple))
+SMALL_PLANS = st.builds(ExecutionPlan, st.integers(0, 99), st.lists(SMALL_ITEMS, max_size=8).map(tuple))
+
+
+@settings(max_examples=300, **FUZZ)
+@given(SMALL_PLANS, SCRIPTS, st.data())
+def test_the_rank_result_from_columns_is_the_result_of_the_outcomes(plan, scripts, data):
+    rank = RankExecutor(0, 1, 16, 4, scripts)
+    outcomes = rank.verdicts(plan).outcomes
+    frame, sent = wire.encode_plan(plan)
+    columns = wire.decode_plan_columns(frame)
+    n = len(plan.items)
+    accepted = rank.accepted(columns.request_ids, columns.column("num_tokens"), columns.column("decode"),
+                             columns.column("verdict_index"))
+    assert accepted == [o.accepted for o in outcomes]
+    reply = wire.encode_result_of(columns, accepted)
+    assert reply == wire.encode_body(MsgType.RESULT, outcomes)
+    assert wire.decode_result(reply, sent) == outcomes == wire.decode_result(reply)
+    if n:                                     # a lie in any field: the same outcomes either way
+        i = data.draw(st.integers(0, n - 1))
+        field = data.draw(st.sampled_from(ItemOutcome._fields))
+        value = {"request_id": "zz", "writes": outcomes[i].writes + (3,)}.get(field, 77)
+        lie = outcomes[:i] + (outcomes[i]._replace(**{field: value}),) + outcomes[i + 1:]
+        lied = wire.encode_body(MsgType.RESULT, lie)
+        assert wire.decode_result(lied, sent) == lie == wire.decode_result(lied)
+    with pytest.raises(WireError):            # the checks hold on the way that reads the plan back
+        wire.decode_result(msgpack.packb(((), b"", i32(-1))), sent)
+
+
+@settings(max_examples=500, **FUZZ)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.lists(st.integers(-4, 12), max_size=4).map(tuple)),
+                          st.integers(0, 6), st.integers(0, 10), st.booleans()), max_size=8))
+def test_the_inlined_verdicts_are_verdict(rows):
+    """`accepted` inlines `verdict` (the rank's hot path): the same answer for any script,
+    index, token count (even 0, which no plan has) and decode flag."""
+    scripts = {f"r{i}": script for i, (script, _, _, _) in enumerate(rows) if script is not None}
+    rank = RankExecutor(0, 1, 4, 4, scripts)
+    got = rank.accepted([f"r{i}" for i in range(len(rows))], [c for _, _, c, _ in rows],
+                        [d for *_, d in rows], [i for _, i, _, _ in rows])
+    assert got == [verdict(script, index, count - 1) if decode else 0
+                   for script, index, count, decode in rows]
+
+
+def test_an_honest_result_shares_the_plans_values():
+    plan = ExecutionPlan(1, (PlanItem("a", 4, 2, 1, True, 0, (1, 2)), PlanItem("b", 0, 3, 0, False, 0, (5,))))
+    frame, sent = wire.encode_plan(plan)
+    reply = wire.encode_result_of(wire.decode_plan_columns(frame), [1, 0])
+    outcomes = wire.decode_result(reply, sent)
+    assert all(o.writes is i.placements for o, i in zip(outcomes, plan.items))
+    assert outcomes == (ItemOutcome("a", 4, 2, 1, (1, 2)), ItemOutcome("b", 0, 3, 0, (5,)))
+
+
+# -- 3. columnar execution is execution --------------------------------------------------------
+
+SPECS = ["demo", "speculative", "preemption", "prefix_reuse", "cache_eviction", "chunked_prefill",
+         "world_size_8", "random_017", "irreducible"]
+
+
+def engine_plans(name: str) -> tuple[list[ExecutionPlan], object]:
+    workload = golden_workload(name)
+    plans = []
+
+    class Recording(LocalGroup):
+        def execute(self, plan):
+            plans.append(plan)
+            return super().execute(plan)
+
+    try:
+        for _ in Engine(workload, Recording(workload)).run():
+            pass
+    except EngineError:
+        pass
+    return plans, workload
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_columnar_execution_is_execution_on_the_golden_workloads(name):
+    plans, workload = engine_plans(name)
+    assert plans
+    cfg = workload.config
+    scripts = accept_scripts(workload)
+    items, columnar = (RankExecutor(0, 1, cfg.num_pages, cfg.page_size, scripts) for _ in range(2))
+    for plan in plans:
+        outcomes = items.execute(plan).outcomes
+        c = wire.decode_plan_columns(wire.encode_body(MsgType.PLAN, plan))
+        accepted = columnar.accepted(c.request_ids, c.column("num_tokens"), c.column("decode"),
+                                     c.column("verdict_index"))
+        assert wire.decode_body(MsgType.RESULT, wire.encode_result_of(c, accepted)) == outcomes
+        columnar.apply_columns(c.request_ids, c.column("start_position"), c.column("num_tokens"),
+                               c.column("num_pages"), c.pages)
+        assert columnar.shard.snapshot() == items.shard.snapshot()
+
+
+# -- 4. the worker's hot path ------------------------------------------------------------------
+
+class Socket:
+    def __init__(self):
+        self.sent: list[list[bytes]] = []
+
+    def send_multipart(self, frames):
+        self.sent.append(list(frames))
+
+
+def worker(workload, faults=()) -> Worker:
+    """A Worker's answering half, on a socket that keeps what is sent (no connection)."""
+    cfg = workload.config
+    w = Worker.__new__(Worker)
+    w.rank, w.world_size, w.epoch, w.timing, w.times = 1, 2, 0, False, (0.0, 0.0)
+    w.num_pages = cfg.num_pages
+    w.executor = RankExecutor(1, 2, cfg.num_pages, cfg.page_size, accept_scripts(workload))
+    w.faults = FaultPlan([parse_fault(f) for f in faults])
+    w.sock = Socket()
+    return w
+
+
+@pytest.mark.parametrize("name", ["speculative", "preemption", "random_017"])
+def test_the_hot_path_sends_what_the_general_path_sends(name):
+    plans, workload = engine_plans(name)
+    fast, general = worker(workload), worker(workload)
+    for plan in plans:
+        frame = wire.encode_body(MsgType.PLAN, plan)
+        fast.answer(wire.decode_plan_columns(frame))
+        general.answer_with_faults({}, wire.decode_body(MsgType.PLAN, frame))
+        assert fast.sock.sent[-1] == general.sock.sent[-1]
+        header = wire.decode_header(fast.sock.sent[-1][0])
+        assert (header.type, header.step, header.rank) == (MsgType.RESULT, plan.step, 1)
+        assert fast.executor.shard.snapshot() == general.executor.shard.snapshot()
+    assert fast.faults.previous == fast.sock.sent[-1]
+
+
+def test_a_fault_on_the_step_takes_the_general_path():
+    plans, workload = engine_plans("demo")
+    plan = next(p for p in plans if p.items)
+    w = worker(workload, [f"1:disagree@{plan.step}"])
+    w.answer(wire.decode_plan_columns(wire.encode_body(MsgType.PLAN, plan)))
+    honest = RankExecutor(0, 1, workload.config.num_pages, workload.config.page_size,
+                          accept_scripts(workload)).verdicts(plan).outcomes
+    got = wire.decode_body(MsgType.RESULT, w.sock.sent[-1][1])
+    assert got[0].accepted == honest[0].accepted + 1 and got[1:] == honest[1:]
+
+
+def test_a_page_past_the_shard_fails_before_anything_is_sent_or_written():
+    workload = load_workload(GOLDEN / "demo.spec.json")
+    w = worker(workload)
+    past = workload.config.num_pages
+    plan = ExecutionPlan(0, (PlanItem("r0", 0, 2, 0, False, 0, (0,)),
+                             PlanItem("r1", 0, 2, 0, False, 0, (past,))))
+    with pytest.raises(ValueError, match=f"page {past} is outside the shard's {past} pages"):
+        w.answer(wire.decode_plan_columns(wire.encode_body(MsgType.PLAN, plan)))
+    assert w.sock.sent == [] and w.executor.shard.snapshot() == []
+
+
+# -- 5. hostile columns ------------------------------------------------------------------------
+
+VALID = ExecutionPlan(7, (PlanItem("r0", 6, 3, 2, True, 1, (4, 5)), PlanItem("r1", 0, 4, 0, False, 0, (6,))))
+
+
+def refused_or_well_formed(kind: MsgType, frame: bytes):
+    try:
+        value = wire.decode_body(kind, frame)
+    except WireError:
+        return None
+    if kind is MsgType.PLAN:
+        for item in value.items:
+            assert type(item.decode) is bool and min(item[1:4]) >= 0 and item.num_tokens >= 1
+            assert item.verdict_index >= 0 and all(type(p) is int and p >= 0 for p in item.placements)
+    else:
+        for o in value:
+            assert min(o[1:4]) >= 0 and all(type(p) is int and p >= 0 for p in o.writes)
+    return value
+
+
+def test_every_int32_of_a_plan_and_a_result_set_hostile():
+    outcomes = RankExecutor(0, 1, 8, 4, {}).verdicts(VALID).outcomes
+    frames = {MsgType.PLAN: wire.encode_body(MsgType.PLAN, VALID),
+              MsgType.RESULT: wire.encode_body(MsgType.RESULT, outcomes)}
+    for kind, frame in frames.items():
+        body = msgpack.unpackb(frame, use_list=False)
+        cols_at = 2 if kind is MsgType.PLAN else 1
+        for where in (cols_at, cols_at + 1):
+            column = body[where]
+            for k in range(len(column) // 4):
+                for value in (-1, -(2**31), 2, INT32, 0):
+                    bad = column[:4 * k] + i32(value) + column[4 * k + 4:]
+                    refused_or_well_formed(kind, msgpack.packb(body[:where] + (bad,) + body[where + 1:]))
+        for n in range(len(frame)):
+            with pytest.raises(WireError):
+                wire.decode_body(kind, frame[:n])
+
+
+@pytest.mark.parametrize("body,why", [
+    ((3, ("a",), i32(-1, 4, 0, 0, 0, 1), i32(0)), "negative start_position"),
+    ((3, ("a",), i32(0, 0, 0, 0, 0, 1), i32(0)), "no tokens"),
+    ((3, ("a",), i32(0, 4, -2, 0, 0, 1), i32(0)), "negative draft_len"),
+    ((3, ("a",), i32(0, 4, 0, 2, 0, 1), i32(0)), "neither 0 nor 1"),
+    ((3, ("a",), i32(0, 4, 0, 0, -1, 1), i32(0)), "negative verdict_index"),
+    ((3, ("a",), i32(0, 4, 0, 0, 0, 2), i32(0)), "claim 2 pages, the placements hold 1"),
+    ((3, ("a",), i32(0, 4, 0, 0, 0, 1), i32(-3)), "negative page id"),
+    ((3, ("a",), i32(0, 4, 0, 0, 0, 1), b"\x00\x00"), "2 bytes are no whole int32s"),
+    ((3, ("a", "b"), i32(0, 4, 0, 0, 0, 1), i32(0)), "24 bytes of columns for 2 items, want 48"),
+    ((3, ("a", 5), i32(0, 4, 0, 0, 0, 1) * 2, i32(0, 0)), "request id that is no string"),
+])
+def test_a_malformed_plan_says_what_is_wrong(body, why):
+    with pytest.raises(WireError, match=why):
+        wire.decode_body(MsgType.PLAN, msgpack.packb(body))
+    with pytest.raises(WireError, match=why):
+        wire.decode_plan_columns(msgpack.packb(body))
+
+
+@pytest.mark.parametrize("body,why", [
+    ((("a",), i32(0, 4, -1, 1), i32(0)), "negative accepted"),
+    ((("a",), i32(0, 4, 0, 3), i32(0)), "claim 3 writes, the writes hold 1"),
+    ((("a",), i32(0, 4, 0, 1), i32(-1)), "negative page id"),
+    ((("a",), i32(0, 4, 0), i32(0)), "12 bytes of columns for 1 outcomes, want 16"),
+    (((b"a",), i32(0, 4, 0, 1), i32(0)), "request id that is no string"),
+])
+def test_a_malformed_result_says_what_is_wrong(body, why):
+    with pytest.raises(WireError, match=why):
+        wire.decode_body(MsgType.RESULT, msgpack.packb(body))
+
+
+def test_columns_longer_than_a_string_cross_whole():
+    """A column is one bin: a plan of 20 000 items (480 kB of columns) crosses whole."""
+    plan = ExecutionPlan(1, tuple(PlanItem(f"r{i}", i, 1, 0, True, 0, (i % 50,)) for i in range(20_000)))
+    frame = wire.encode_body(MsgType.PLAN, plan)
+    assert len(frame) > wire.MAX_STR_LEN and wire.decode_body(MsgType.PLAN, frame) == plan
