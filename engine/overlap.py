@@ -17,9 +17,9 @@ An EOS cannot be foreseen and a verdict cannot be known: when k's result
 commits (`reconcile`), a request whose real state differs from what k+1
 assumed (drafts rejected, or an EOS) gives its placeholders back, and its
 item in k+1, planned from a state that never existed, is *discarded*: the
-ranks execute it, nothing of it commits. A request preempted while planning
-k+1 (`forget`) gives back its placeholders at once; its item in k is
-discarded when k commits.
+ranks execute it, nothing of it commits. A step planned ahead never preempts
+(residency.AHEAD_RELIEFS), so no request loses an item in flight to a
+preemption: only a wrong assumption discards work.
 
 Pages. A page freed while a plan in flight may still write it (the pages of
 a finished, preempted or rolled-back request that k+1 placed on) is held
@@ -74,21 +74,6 @@ def assume(work: list, voided: set[str]) -> int:
         if req.generated >= req.max_new_tokens:
             done += 1
     return done
-
-
-def taken_as_finished(req: Request) -> bool:
-    return req.assumed is not None and req.assumed.assumed_generated >= req.max_new_tokens
-
-
-def forget(req: Request) -> int:
-    """A request preempted while its step is in flight: the assumption goes (its `generated`
-    and verdict count are what was committed; preemption already zeroed `computed`). Returns
-    the placeholders given back."""
-    a = req.assumed
-    req.assumed = None
-    req.generated = a.generated
-    req.num_verdicts = a.num_verdicts
-    return a.placeholders
 
 
 def settle(req: Request) -> Assumption:

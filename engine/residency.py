@@ -49,7 +49,8 @@ FULL_RELIEFS = ("evict", "preempt")
 # Overlap (engine/overlap.py): a step planned while another is in flight does not preempt
 # (a victim's pages that the step in flight writes could not be handed on until it lands);
 # work that does not fit after evicting waits for a later step ("defer": dropped from the
-# work, last first, the anchor too).
+# work, last first, the anchor too). An anchor that outgrows the whole pool is deferred too:
+# planned from assumed tokens, it is Irreducible only if the step after the commit says so.
 AHEAD_RELIEFS = ("evict", "defer")
 
 
@@ -73,6 +74,9 @@ def make_resident(work: Work, pool: PagePool, cache: RadixCache, holders: Holder
         return
     anchor, anchor_tokens, _ = work[0]
     if pages_needed(anchor.computed + anchor_tokens, page_size) > pool.num_pages:
+        if "defer" in reliefs:         # planned ahead, from assumed tokens: reality may differ
+            work.clear()
+            return
         raise Irreducible(f"{anchor.request_id} alone outgrows the pool: needs "
                           f"{pages_needed(anchor.computed + anchor_tokens, page_size)} pages, "
                           f"the pool has {pool.num_pages}")

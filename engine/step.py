@@ -36,8 +36,8 @@ class PreparedStep(NamedTuple):
     preempted: list[str]
     reused: dict[str, int]
     evicted: list[int]
-    voided: set[str]           # overlap: requests whose item is discarded (it was planned from
-    returned: dict[str, int]   # a state that never existed); placeholders given back, by id
+    voided: set[str]           # overlap: requests whose item is discarded (planned from a state
+                               # that never existed)
 
 
 class Engine:
@@ -164,22 +164,13 @@ class Engine:
         self._in_flight = prepared
 
     def can_plan_ahead(self) -> bool:
-        """Some request can be scheduled next step: a RUNNING one not taken as finished by the
-        step in flight, or one arriving. Otherwise the next step waits for this one's result
-        (so the engine never plans a step it cannot fill)."""
-        return (len(self.scheduler.running) > self._taken_as_finished
-                or self.scheduler.next_arrival() <= self.next_step)
-
-    def _forget_preempted(self, preempted: list[Request]) -> None:
-        """Overlap: a request preempted while its item is in flight gives its placeholders back
-        at once; the item is discarded when its step commits."""
-        in_flight = self._in_flight
-        for req in preempted:
-            if req.assumed is not None:
-                if overlap.taken_as_finished(req):
-                    self._taken_as_finished -= 1
-                in_flight.returned[req.request_id] = overlap.forget(req)
-                in_flight.voided.add(req.request_id)
+        """The step in flight has work to overlap with (an empty one commits first: planning
+        ahead of it gains nothing), and some request can be scheduled next step: a RUNNING one
+        not taken as finished by the step in flight, or one arriving. Otherwise the next step
+        waits for this one's result (the engine never plans a step it cannot fill)."""
+        return bool(self._in_flight.plan.items) and (
+            len(self.scheduler.running) > self._taken_as_finished
+            or self.scheduler.next_arrival() <= self.next_step)
 
     def withdraw_in_flight(self, prepared: PreparedStep) -> PreparedStep:
         """Overlap, before a recompute plans `prepared`'s step again from nothing: its
@@ -228,11 +219,9 @@ class Engine:
             raise
         for req in preempted:
             self._reuse_queue.add(req)
-        if self._in_flight is not None and preempted:
-            self._forget_preempted(preempted)
         plan = build_plan(step, work, self.config.page_size)
         return PreparedStep(step, plan, work, admitted, scheduled,
-                            [r.request_id for r in preempted], reused, evicted, set(), {})
+                            [r.request_id for r in preempted], reused, evicted, set())
 
     def replan_without_pages(self, prepared: PreparedStep) -> PreparedStep:
         """Every page is lost (the executor came back empty): plan the step again from nothing.
@@ -247,8 +236,7 @@ class Engine:
                               evicted=prepared.evicted + again.evicted)
 
     def _make_resident(self, work, evicted: list[int], preempted: list[Request]) -> None:
-        in_flight = self._in_flight
-        reliefs = self._relief if in_flight is None or not in_flight.plan.items else AHEAD_RELIEFS
+        reliefs = self._relief if self._in_flight is None else AHEAD_RELIEFS
         make_resident(work, self.pool, self.cache, self._holders, evicted, preempted, reliefs)
 
     def _admit(self, step: int) -> list[Request]:
@@ -299,7 +287,7 @@ class Engine:
     def _commit_overlapped(self, prepared: PreparedStep, result: ExecutionResult) -> StepTrace:
         """Phases 9 to 13 from the committed state, as at `full`, for the items not discarded;
         then what differs from what the next plan assumed is given back."""
-        voided, gave_back = prepared.voided, prepared.returned
+        voided = prepared.voided
         work, outcomes, assumed = [], [], []
         for entry, outcome in zip(prepared.work, result.outcomes):
             if entry[0].request_id not in voided:
@@ -321,9 +309,8 @@ class Engine:
             rid = req.request_id
             if rid in voided:
                 discarded[rid] = n
-            back = gave_back.get(rid) or real.get(rid)
-            if back:
-                returned[rid] = back
+            if rid in real:
+                returned[rid] = real[rid]
         self.pool.plan_landed(prepared.step, (item.placements for item in prepared.plan.items))
         return trace._replace(discarded=discarded, returned=returned)
 

@@ -145,7 +145,11 @@ def test_ladder_command_default_shows_every_mechanism_changing_the_outcome():
                                                    text=True, timeout=60).stdout.splitlines()]
     by = {r["rung"]: r for r in rows}
     assert by["08c"]["reused"] > 0 and by["full"]["steps"] < by["08c"]["steps"]   # reuse; speculation
-    assert by["full"]["drafted"] > 0 and all(by[r]["drafted"] == 0 for r in NAMES if r != "full")
+    drafting = ("full", "overlap")
+    assert by["full"]["drafted"] > 0 and all(by[r]["drafted"] == 0 for r in NAMES if r not in drafting)
+    # overlap: the same requests finish; a step planned ahead of a wrong assumption is discarded
+    assert by["overlap"]["finished"] == by["full"]["finished"] and by["overlap"]["discarded"] > 0
+    assert all(by[r]["discarded"] == 0 for r in NAMES if r != "overlap")
 
 
 def test_never_fits_ends_with_a_clear_diagnosis():

@@ -1,7 +1,8 @@
 """Note 13, overlap scheduling (docs/mechanisms/13-overlap-scheduling.md), beyond the original
 design: its invariants overlap-scheduling/1 to /9, pinned by running engines at rung `overlap`
 behind an executor that records every plan submitted and the order of submits and collects.
-In process only; the last tests reproduce known divergences from `full` (strict xfail)."""
+In process only; the last tests show SPEC's OutOfPages hazard, which overlap's schedule can reach
+where full's does not (strict xfail)."""
 from __future__ import annotations
 
 import copy
@@ -305,20 +306,6 @@ def test_accounting_on_tight_pools(w):
     check_accounting(rec, traces)
 
 
-@pytest.mark.invariant("overlap-scheduling/3")
-def test_a_request_forgotten_in_flight_gives_back_its_assumed_placeholders():
-    # The engine reaches `forget` only when a request is preempted while its item is in
-    # flight (an ahead step never preempts, 8); the accounting itself, on a real request:
-    eng = Engine(spec_dict("speculative"), rung="overlap")
-    req = eng.by_id["s0"]
-    req.generated, req.computed, req.num_verdicts = 1, 5, 0        # decoding, on its frontier
-    assert overlap.assume([(req, 5, True)], set()) == 0
-    assert (req.computed, req.generated, req.num_verdicts) == (10, 6, 1)
-    req.computed = 0                                              # preempted
-    assert overlap.forget(req) == 5 and req.assumed is None
-    assert (req.generated, req.num_verdicts) == (1, 0)
-
-
 # -- 5: the same outcomes as full ----------------------------------------------------------
 
 def same_outcomes(w) -> None:
@@ -513,19 +500,20 @@ def test_the_run_can_end_with_a_step_all_discarded():
 
 # -- known divergences from full (engine bugs, reported; strict: a fix turns these red) ------
 
-@pytest.mark.xfail(strict=True, reason="overlap: Irreducible from an assumed state that never exists")
-def test_known_bug_irreducible_from_an_assumed_token():
-    # full: a computes 3 prompt tokens on the only page and samples EOS. overlap: step 1 is
-    # planned assuming a TOKEN, needs a second page: Irreducible at step 1.
+@pytest.mark.invariant("overlap-scheduling/5")
+def test_no_irreducible_from_an_assumed_token():
+    # full: a computes 3 prompt tokens on the only page and samples EOS. Planned ahead, step 1
+    # assumes a TOKEN and would need a second page: the anchor is deferred, not Irreducible.
     w = {"engine": {"max_step_tokens": 3, "page_size": 3, "num_pages": 1},
          "requests": [{"request_id": "a", "prompt_len": 3, "max_new_tokens": 3, "eos_after": 0}]}
     same_outcomes(w)
 
 
-@pytest.mark.xfail(strict=True, reason="overlap: an error planning k+1 loses step k's commit")
-def test_known_bug_an_error_planning_ahead_loses_the_step_in_flight():
-    # full: r0 and r1 finish, then r2 (2 pages, pool 1) is Irreducible. overlap: the error is
-    # raised while planning the step after r1's last, before that step commits: r1 never finishes.
+@pytest.mark.invariant("overlap-scheduling/5")
+def test_an_error_is_never_raised_planning_ahead():
+    # full: r0 and r1 finish, then r2 (2 pages, pool 1) is Irreducible. Planned ahead, r2's
+    # step is deferred (an error there would lose the commit of the step in flight): r1
+    # finishes, and r2 is Irreducible at the step planned after it, as at full.
     w = {"engine": {"max_step_tokens": 2, "page_size": 1, "num_pages": 1},
          "requests": [{"request_id": "r0", "prompt_len": 1, "max_new_tokens": 1},
                       {"request_id": "r1", "prompt_len": 1, "max_new_tokens": 1, "eos_after": 1},
@@ -533,9 +521,21 @@ def test_known_bug_an_error_planning_ahead_loses_the_step_in_flight():
     same_outcomes(w)
 
 
-@pytest.mark.xfail(strict=True, reason="overlap: OutOfPages where full finishes (shared prefixes)")
-def test_known_bug_out_of_pages_where_full_finishes():
-    # Every request alone fits the 11 pages; full finishes all, overlap ends OutOfPages at step 5.
+def test_full_reaches_out_of_pages_with_an_anchor_that_fits_the_pool():
+    """Not overlap's: SPEC's residency can end OutOfPages while the anchor alone fits the pool.
+    A cache page whose node has children the anchor maps is no leaf, so it is never evicted:
+    the anchor cannot have the whole pool. At `full`, on the smallest case."""
+    w = {"engine": {"page_size": 1, "num_pages": 11, "max_step_tokens": 8, "spec_len": 0},
+         "requests": [{"request_id": "r1", "tokens": [1, 2], "max_new_tokens": 1},
+                      {"request_id": "r2", "tokens": [1, 0, 2, 1, 1, 1], "max_new_tokens": 6}]}
+    assert trace_dicts(Engine(w))[-1] == {
+        "error": "OutOfPages", "message": "no request left to preempt for 1 pages (0 free)", "step": 5}
+
+
+@pytest.mark.xfail(strict=True, reason="the hazard above, reached by overlap's schedule where full's misses it")
+def test_out_of_pages_where_full_finishes():
+    # Every request alone fits the 11 pages; full finishes all, overlap ends OutOfPages at step 5:
+    # page 0 is the cache node above r2's mapped chain (test above).
     w = {"engine": {"page_size": 1, "num_pages": 11, "max_step_tokens": 8, "spec_len": 2},
          "requests": [
              {"request_id": "r0", "tokens": [1, 0, 2, 1], "max_new_tokens": 1, "arrival_step": 3,

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(30)
 
 PLAN = ExecutionPlan(5, (PlanItem("r0", 6, 3, 2, True, 1, (4, 5)), PlanItem("r1", 0, 4, 0, False, 0, (6,))))
 OUTCOMES = (ItemOutcome("r0", 6, 3, 1, (4, 5)), ItemOutcome("r1", 0, 4, 0, (6,)))
-CONFIG = wire.Config(8, 4, {"r2": (1, 2)}, [(3, [("r0", 4, 0b1011)])], ["1:crash@3"])
+CONFIG = wire.Config(8, 4, {"r2": (1, 2)}, [(3, [("r0", 4, 0b1011)])], ["1:crash@3"], (1000000, 2000))
 SHARD = [(3, [("r0", 4, 0b1011)])]
 
 PINNED = [
@@ -25,7 +25,8 @@ PINNED = [
     ("header", None, (MsgType.PLAN, 1, 7, 2, 4), "96030401070204"),
     ("hello", MsgType.HELLO, wire.Hello(4242, b"\x01" * 4), "92cd1092c40401010101"),
     ("config", MsgType.CONFIG, CONFIG,
-     "95080481a272329201029192039193a2723004c4010b91a9313a63726173684033"),
+     # ... faults ["1:crash@3"], exec cost [1 ms, 2 us per token] in ns
+     "96080481a272329201029192039193a2723004c4010b91a9313a63726173684033" "92ce000f4240cd07d0"),
     # [step, ids, bin: start 6,0 | tokens 3,4 | draft 2,0 | decode 1,0 | verdict 1,0 | pages 2,1,
     #  bin: pages 4,5,6], every column int32 little-endian
     ("plan", MsgType.PLAN, PLAN,

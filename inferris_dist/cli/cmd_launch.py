@@ -26,7 +26,8 @@ def options_from_args(args, timeline: Timeline | None, log_stream, on_waiting,
                          audit_every=args.audit_every, on_rank_loss=args.on_rank_loss,
                          max_restarts=args.max_restarts, wire_log=log_stream, timeline=timeline,
                          listen=args.listen, keys=args.keys, join_timeout=args.join_timeout,
-                         rejoin_timeout=args.rejoin_timeout, on_waiting=on_waiting, rung=args.rung)
+                         rejoin_timeout=args.rejoin_timeout, on_waiting=on_waiting, rung=args.rung,
+                         exec_cost=args.exec_cost)
 
 
 def run_launch(workload, name: str, args) -> int:
@@ -343,7 +344,7 @@ def run_compare(workload, name: str, args) -> int:
     every request generates and how it finishes may not). When a side failed: which, how, where."""
     options = LaunchOptions(step_timeout=args.step_timeout, faults=args.fault,
                             audit_every=args.audit_every, on_rank_loss=args.on_rank_loss,
-                            max_restarts=args.max_restarts, rung=args.rung)
+                            max_restarts=args.max_restarts, rung=args.rung, exec_cost=args.exec_cost)
     options.check()
     local = trace_dicts(Engine(workload, rung=args.rung))
     remote = distributed_lines(workload, options)

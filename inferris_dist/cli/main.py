@@ -31,6 +31,7 @@ from inferris_dist.engine import Engine, EngineError, WorkloadError, trace_json_
 from inferris_dist.engine.rungs import NAMES as RUNG_NAMES
 from inferris_dist.observe.metrics import Metrics, MetricsFile, MetricsNotWritten, error_object, write_quietly
 from inferris_dist.protocol.faults import POLICIES, parse_faults
+from inferris_dist.protocol.limits import NO_EXEC_COST, exec_cost_arg
 
 
 def add_workload_flags(p: argparse.ArgumentParser) -> None:
@@ -65,6 +66,9 @@ def add_fault_flags(p) -> None:
     """How the run on processes is broken and what follows: launch's and compare's."""
     p.add_argument("--step-timeout", type=seconds_arg, default=10.0, metavar="SECONDS",
                    help="a rank that has not answered by then is lost (default 10)")
+    p.add_argument("--exec-cost", type=exec_cost_arg, default=NO_EXEC_COST, metavar="COST",
+                   help="each rank takes this long to execute a step, as a model on a GPU would "
+                        "(it waits, without spinning): 1ms, 500us, 1ms+2us/token (default 0)")
     p.add_argument("--fault", action="append", default=[], metavar="RANK:KIND@STEP[+][:ARG]",
                    help="inject a fault (repeatable), e.g. 1:crash@3, all:delay@2+:0.5")
     p.add_argument("--audit-every", type=int, default=0, metavar="K",

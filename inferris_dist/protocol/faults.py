@@ -121,10 +121,12 @@ class Acting(Protocol):
 
 
 def _crash(fault: Fault, rank: Acting) -> None:
+    rank.flush()          # its replies to earlier steps have left (a plan may queue behind one)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _exit(fault: Fault, rank: Acting) -> None:
+    rank.flush()
     os._exit(0)
 
 

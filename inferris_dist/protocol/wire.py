@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from inferris_dist.engine.messages import ExecutionPlan, ItemOutcome, PlanItem
+from inferris_dist.protocol.limits import MAX_STEP_COST_NS, MAX_TOKEN_COST_NS
 
 PROTOCOL_VERSION = 3   # 3: columnar PLAN and RESULT; 2: REFUSED tells any peer to exit, HELLO's proof
 #                        is empty for a CURVE-proven member
@@ -85,6 +86,7 @@ class Config(NamedTuple):
     accept_scripts: dict[str, tuple[int, ...]]
     shard: list            # SlotStore snapshot to start from ([] for an empty shard)
     faults: list[str]      # this rank's injected faults, as given on the command line
+    exec_cost: tuple[int, int] = (0, 0)   # ns per step, ns per token: a model's time (--exec-cost)
 
 
 # Timing (launch --timeline): a PLAN may carry a third frame TIMING_PLEASE; the rank then
@@ -368,9 +370,9 @@ def _hello(body) -> Hello:
 
 
 def _config(body) -> Config:
-    if type(body) is not tuple or len(body) != 5:
+    if type(body) is not tuple or len(body) != 6:
         raise WireError("malformed config")
-    num_pages, page_size, scripts, shard, faults = body
+    num_pages, page_size, scripts, shard, faults, exec_cost = body
     if type(num_pages) is not int or type(page_size) is not int or num_pages < 1 or page_size < 1:
         raise WireError("malformed config geometry")
     if type(scripts) is not dict or not all(
@@ -379,7 +381,10 @@ def _config(body) -> Config:
         raise WireError("malformed accept scripts")
     if type(faults) is not tuple or not all(type(f) is str for f in faults):
         raise WireError("malformed faults")
-    return Config(num_pages, page_size, scripts, _shard(shard), list(faults))
+    if (type(exec_cost) is not tuple or len(exec_cost) != 2 or not all(type(c) is int for c in exec_cost)
+            or not 0 <= exec_cost[0] <= MAX_STEP_COST_NS or not 0 <= exec_cost[1] <= MAX_TOKEN_COST_NS):
+        raise WireError("malformed exec cost")
+    return Config(num_pages, page_size, scripts, _shard(shard), list(faults), exec_cost)
 
 
 def _shard(body) -> list:

@@ -32,6 +32,7 @@ from inferris_dist.engine.rank import RankExecutor
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.faults import FaultPlan, parse_fault
 from inferris_dist.protocol.keys import ClientKeys
+from inferris_dist.protocol.limits import NO_EXEC_COST, ExecCost
 from inferris_dist.protocol.monitor import monitor_event
 from inferris_dist.protocol.wire import MsgType
 
@@ -61,6 +62,7 @@ def die_with_parent(parent_pid: int, death_signal: bool) -> None:
 
 
 class Worker:
+    exec_cost = NO_EXEC_COST          # set by CONFIG
     def __init__(self, rank: int, world_size: int, address: str, parent_pid: int | None,
                  secret: bytes = b"", keys: ClientKeys | None = None):
         self.rank = rank
@@ -108,6 +110,7 @@ class Worker:
         self.times = (0.0, 0.0)           # the last message: received, decoded
         self.executor: RankExecutor | None = None
         self.faults = FaultPlan([])
+        self.exec_cost = NO_EXEC_COST
 
     def send(self, kind: MsgType, step: int, body_bytes: bytes) -> None:
         self.sock.send_multipart([wire.encode_header(kind, self.epoch, step, self.rank, self.world_size),
@@ -209,6 +212,7 @@ class Worker:
         if body.shard:
             self.executor.shard.load(body.shard)
         self.faults = FaultPlan([parse_fault(f) for f in body.faults])
+        self.exec_cost = ExecCost(*body.exec_cost)
         self.configured = True
         self.send(MsgType.READY, 0, wire.encode_body(MsgType.READY, ()))
 
@@ -248,6 +252,8 @@ class Worker:
         n = len(ids)
         counts = cols[n:2 * n]
         accepted = executor.accepted(ids, counts, cols[3 * n:4 * n], cols[4 * n:5 * n])
+        if self.exec_cost:
+            self.model_time(sum(counts))
         executed = time.monotonic()
         frames = [wire.encode_header(MsgType.RESULT, self.epoch, plan.step, self.rank, self.world_size),
                   wire.encode_result_of(plan, accepted)]
@@ -259,6 +265,8 @@ class Worker:
 
     def answer_with_faults(self, firing: dict, plan) -> None:
         outcomes = self.executor.verdicts(plan).outcomes
+        if self.exec_cost:
+            self.model_time(sum(item.num_tokens for item in plan.items))
         executed = time.monotonic()
         outcomes = self.faults.outcomes(firing, outcomes, self.num_pages)
         frames = [wire.encode_header(MsgType.RESULT, self.epoch, plan.step, self.rank, self.world_size),
@@ -270,6 +278,15 @@ class Worker:
         self.faults.after_reply(firing, self)
         self.executor.apply(plan)
         self.faults.after_apply(firing, outcomes, self.executor.shard)
+
+    def model_time(self, num_tokens: int) -> None:
+        """--exec-cost: the step takes as long as a model would take, waited out without spinning
+        (the core is free for the scheduler and the other ranks, as with a GPU busy)."""
+        seconds = self.exec_cost.seconds(num_tokens)
+        if seconds < PARENT_CHECK_MS / 1000:
+            time.sleep(seconds)
+        else:
+            self.sleep(seconds)
 
     def hang(self) -> None:
         """Stop answering for good: busy, holding the GIL, deaf to plans. Still leaves when the

@@ -75,6 +75,19 @@ class Reply(NamedTuple):
     body: object
 
 
+@dataclass
+class Round:
+    """One message to every rank and the replies it awaits: a step's plan, or an audit. Plans
+    may be sent ahead (overlap scheduling): a reply to a later plan that comes while an earlier
+    round is awaited is kept in that plan's round, not dropped."""
+    expect: MsgType
+    step: int
+    record: StepRecord | None
+    sent_at: dict[int, float]
+    sent: object                          # what the decoder reads a RESULT against
+    got: dict                             # rank -> (header, body bytes), as they came
+
+
 @dataclass(frozen=True)
 class Meta:
     """What the transport says of a message from a peer that is not a member yet."""
@@ -108,6 +121,7 @@ class RankChannel:
         self._answered: dict[int, tuple] = {}   # rank -> (epoch, step, kind) last joined
         self._dead: set[int] = set()                      # ranks whose process or connection ended
         self._unlogged = None                             # (got, kind, step, record) of a gather
+        self._plans_out: dict[int, Round] = {}            # step -> a plan sent, not yet received
         self._poller = zmq.Poller()
 
     # -- the socket --------------------------------------------------------------------
@@ -197,21 +211,35 @@ class RankChannel:
         """Send `body` (encoded once, the same bytes to every rank) and gather one reply of kind
         `expect` from each, decoded once when every rank sent the same bytes, logged as it
         came; the record (a step's; None for an audit) is the one the channel keeps as its
-        last. RankLost when a rank is lost or breaks the protocol. A RESULT is read back
-        against the plan's own bytes: what repeats the plan shares its values."""
+        last. RankLost when a rank is lost or breaks the protocol."""
+        return self.receive_round(self.send_round(send, expect, step, body, record))
+
+    def send_round(self, send: MsgType, expect: MsgType, step: int, body, record: StepRecord | None
+                   ) -> Round:
+        """The sending half of an exchange. A RESULT is read back against the plan's own bytes:
+        what repeats the plan shares its values."""
         if send is MsgType.PLAN:
             encoded, sent = wire.encode_plan(body)
         else:
             encoded, sent = wire.encode_body(send, body), None
-        self.last_record = record                    # an audit has none: the step's verdict stands
         if record is not None:
             record.plan_bytes = len(encoded)
         sent_at = record.sent if record is not None else {}
         extra = (wire.TIMING_PLEASE,) if self.timing and send is MsgType.PLAN else ()
+        out = Round(expect, step, record, sent_at, sent, {})
+        if send is MsgType.PLAN:
+            self._plans_out[step] = out
         for rank in range(self.world_size):
             sent_at[rank] = time.monotonic()
             self.send(rank, send, step, encoded, body, extra=extra)
-        got = self.gather(expect, step, sent_at, record)
+        return out
+
+    def receive_round(self, out: Round) -> dict[int, "Reply"]:
+        """The receiving half: every rank's reply to `out`, those that came early included."""
+        expect, step, sent = out.expect, out.step, out.sent
+        self.last_record = out.record                # an audit has none: the step's verdict stands
+        got = self.gather(expect, step, out.sent_at, out.record, out.got)
+        self._plans_out.pop(step, None)
         raw = [got[r][1] for r in range(self.world_size)]
         if all(b == raw[0] for b in raw):
             blame = 0 if self.world_size == 1 else None      # the same bad bytes from every rank
@@ -227,18 +255,23 @@ class RankChannel:
             self._answered[rank] = (self.epoch, step, MsgType.RESULT)
 
     def next_epoch(self) -> int:
-        """A new epoch: replies of the old one are stale from now on."""
+        """A new epoch: replies of the old one are stale from now on (plans in flight too)."""
         self.epoch += 1
+        self._plans_out.clear()
         return self.epoch
 
     # -- receiving ---------------------------------------------------------------------
 
     def gather(self, expect: MsgType, step: int, sent_at: dict[int, float],
-               record: StepRecord | None) -> dict[int, tuple[wire.Header, bytes]]:
+               record: StepRecord | None, got: dict | None = None) -> dict[int, tuple[wire.Header, bytes]]:
         """One reply of kind `expect` from every rank for `step`, or RankLost. The replies that
-        came before a failure are logged with it: the wire log holds every message that crossed."""
-        deadline = min(sent_at.values()) + self.step_timeout
-        got: dict[int, tuple[wire.Header, bytes]] = {}
+        came before a failure are logged with it: the wire log holds every message that crossed.
+        `got`: replies already in (a plan sent ahead). The wait runs from the sending, or from
+        now for a plan sent ahead of the one before it (the ranks took that one first)."""
+        deadline = max(min(sent_at.values()), time.monotonic() if got is not None else 0.0) \
+            + self.step_timeout
+        if got is None:
+            got = {}
         self._unlogged = (got, expect, step, record)     # until logged, by log_replies or a loss
         self._gather(got, expect, step, sent_at, record, deadline)
         return got
@@ -281,9 +314,19 @@ class RankChannel:
                             f"broke the protocol: its message names rank {header.rank}")
         current = header.type is expect and header.epoch == self.epoch and header.step == step
         if rank in got or not current:
+            ahead = self._plans_out.get(header.step) if header.type is MsgType.RESULT \
+                and header.epoch == self.epoch else None
+            if ahead is not None and ahead.got is not got and rank not in ahead.got:
+                ahead.got[rank] = (header, frames[2])       # a plan sent ahead: kept for its turn
+                self._account(rank, header, frames, timing, ahead.record, ahead.sent_at)
+                return
             self.drop(rank, header, body=frames[2])
             return
         got[rank] = (header, frames[2])
+        self._account(rank, header, frames, timing, record, sent_at)
+
+    def _account(self, rank, header, frames, timing, record, sent_at) -> None:
+        """A reply taken: its bytes, its round trip and the rank's own times, as it came."""
         totals = self.totals[rank]
         totals.bytes_received += len(frames[2]) + len(frames[1])
         if record is not None:

@@ -28,6 +28,7 @@ from inferris_dist.engine import (
     ExecutionPlan,
     ExecutionResult,
     RankExecutionResult,
+    RankLost,
     Workload,
     WorkloadError,
     join,
@@ -76,6 +77,7 @@ class ProcessGroup:
         self.keys = ServerKeys.load(options.keys, self.world_size) if options.keys is not None else None
         self.secret = secrets.token_bytes(32)
         self.attempts: deque[StepRecord] = deque(maxlen=64)   # since take_attempts()
+        self._out: deque = deque()         # (plan, its Round or the RankLost of sending it), in order
         self.log_dir: Path | None = None
         if options.listen is None:
             self.members = None           # Spawned, made in start() with the log directory
@@ -192,9 +194,14 @@ class ProcessGroup:
         self.members.start([rank])
 
     def _config(self, rank: int, shard: list, step: int) -> wire.Config:
+        # One-shots fire once: a one-shot whose plan the old member was sent is spent (with
+        # overlap scheduling that can be the plan after the failed step: it may have fired).
+        if self.last_planned is not None:
+            step = max(step, self.last_planned)
         faults = [f.text for f in self.faults
-                  if f.applies_to(rank) and (f.repeat or f.step > step)]   # one-shots fire once
-        return wire.Config(self.num_pages, self.page_size, self.accept_scripts, shard, faults)
+                  if f.applies_to(rank) and (f.repeat or f.step > step)]
+        return wire.Config(self.num_pages, self.page_size, self.accept_scripts, shard, faults,
+                           tuple(self.options.exec_cost))
 
     def close(self) -> None:
         """Stop every worker (politely, then by signal, for those we spawned) and release the
@@ -245,12 +252,38 @@ class ProcessGroup:
     # -- the seam ----------------------------------------------------------------------
 
     def execute(self, plan: ExecutionPlan) -> ExecutionResult:
+        self.submit(plan)
+        return self.collect(plan)
+
+    # Overlap scheduling: a plan may be sent while the one before it executes; the ranks take
+    # them in the order sent, and results are collected in that order.
+    def submit(self, plan: ExecutionPlan) -> None:
+        """Send the plan to every rank. A rank that cannot be reached is reported when the
+        plan's results are collected (the step fails there, as any other loss)."""
         self.last_planned = plan.step
         if self.unfired:
             self.unfired = [f for f in self.unfired if not f.fires(plan.step)]
         record = StepRecord(plan.step, self.epoch, 0)
         self.attempts.append(record)
-        got = self.channel.exchange(MsgType.PLAN, MsgType.RESULT, plan.step, plan, record)
+        try:
+            out = self.channel.send_round(MsgType.PLAN, MsgType.RESULT, plan.step, plan, record)
+        except RankLost as e:
+            out = e
+        self._out.append((plan, out))
+
+    def forget_sent(self) -> None:
+        """After a failure: the plans in flight are void (the epoch moved on); the control
+        plane sends them again (restore) or plans again (recompute)."""
+        self._out.clear()
+
+    def collect(self, plan: ExecutionPlan) -> ExecutionResult:
+        sent, out = self._out.popleft()
+        if sent is not plan:
+            raise RuntimeError(f"results collected out of order: step {plan.step}, sent {sent.step}")
+        if isinstance(out, RankLost):
+            raise out
+        record = out.record
+        got = self.channel.receive_round(out)
         results = [RankExecutionResult(got[r].header.rank, got[r].header.world_size, got[r].header.step,
                                        got[r].body) for r in range(self.world_size)]
         try:
@@ -267,8 +300,11 @@ class ProcessGroup:
         return joined
 
     def take_attempts(self) -> list[StepRecord]:
-        attempts = list(self.attempts)
-        self.attempts.clear()
+        """The attempts since the last call, but those of a plan still in flight (overlap: the
+        next step's plan went out; its attempt is taken with its own step)."""
+        out = {id(out.record) for _, out in self._out if not isinstance(out, RankLost)}
+        attempts = [a for a in self.attempts if id(a) not in out]
+        self.attempts = deque((a for a in self.attempts if id(a) in out), maxlen=self.attempts.maxlen)
         return attempts
 
     def audit(self, held: SlotStore, step: int) -> None:

@@ -11,7 +11,7 @@ from inferris_dist.engine import WorkloadError
 from inferris_dist.engine.rungs import rung as rung_named
 from inferris_dist.observe.timeline import Timeline
 from inferris_dist.protocol.faults import POLICIES
-from inferris_dist.protocol.limits import MAX_SECONDS, valid_seconds
+from inferris_dist.protocol.limits import MAX_SECONDS, NO_EXEC_COST, ExecCost, valid_seconds
 from inferris_dist.protocol.placement import PlacementError, check_address
 
 
@@ -40,6 +40,7 @@ class LaunchOptions:
                                         # ranks leave a core free for the scheduler, else 0
     bind: str = "local"                 # where spawned workers connect: "local" (a private unix
                                         # socket) or tcp://ADDR (port 0 picked)
+    exec_cost: ExecCost = NO_EXEC_COST  # each rank takes this long to execute a step (a model's time)
 
     def check(self) -> None:
         """Refuse, as bad input (WorkloadError), options that cannot work together."""

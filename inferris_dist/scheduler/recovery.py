@@ -106,6 +106,8 @@ class DistributedEngine(Engine):
 
     def step(self) -> StepTrace:
         self._end_idle()
+        if self._overlap:
+            return self.overlapped_step()
         log = self.group.log
         clock = self._phase if (self.timeline is not None or log) else _no_span
         with clock("prepare", self.step_id):
@@ -119,13 +121,7 @@ class DistributedEngine(Engine):
                     with clock("execute", prepared.step):
                         result = self.group.execute(prepared.plan)
                 finally:
-                    record = self.group.last_record
-                    if record is not None and record.step == prepared.step:
-                        if self.timeline is not None:
-                            self.timeline.attempt(record)
-                        if log:
-                            log.event("attempt", step=record.step, epoch=record.epoch,
-                                      verdict=record.verdict or "failed", plan_bytes=record.plan_bytes)
+                    self._log_attempt(prepared.step)
                 with clock("commit", prepared.step):
                     trace = self.commit(prepared, result)
                 if log:
@@ -137,6 +133,75 @@ class DistributedEngine(Engine):
                     err.epoch = self.group.epoch
                 with clock("recover", prepared.step):
                     prepared = self._recover(err, prepared)
+
+    def overlapped_step(self) -> StepTrace:
+        """Engine.overlapped_step on processes: step k+1's plan is sent before step k's results
+        are read, and a failure with two plans in flight is recovered with both (restore: both
+        sent again in the new epoch; recompute: the step ahead withdrawn, k planned again)."""
+        log = self.group.log
+        clock = self._phase if (self.timeline is not None or log) else _no_span
+        current = self._in_flight
+        if current is None:
+            with clock("prepare", self.next_step):
+                current = self.prepare()
+                if self._preempted_between_steps:
+                    current = current._replace(preempted=self._preempted_between_steps + current.preempted)
+                    self._preempted_between_steps = []
+                self.send(current)
+            self.assume(current)
+        ahead = None
+        if self.can_plan_ahead():
+            with clock("prepare", self.next_step):
+                ahead = self.send(self.prepare())
+        self._ahead = ahead
+        while True:
+            try:
+                result = self._collect(current, clock)
+                with clock("commit", current.step):
+                    trace = self.commit(current, result)
+                break
+            except RECOVERABLE as err:
+                err.step = current.step
+                if err.epoch is None:
+                    err.epoch = self.group.epoch
+                with clock("recover", current.step):
+                    current, ahead = self._recover_in_flight(err, current, ahead)
+        self._in_flight = self._ahead = None
+        if ahead is not None:
+            self.assume(ahead)
+        if log:
+            self._log_step(trace)
+        return trace
+
+    def _collect(self, prepared, clock):
+        try:
+            with clock("execute", prepared.step):
+                return self.group.collect(prepared.plan)
+        finally:
+            self._log_attempt(prepared.step)
+
+    def _log_attempt(self, step: int) -> None:
+        record = self.group.last_record
+        if record is not None and record.step == step:
+            if self.timeline is not None:
+                self.timeline.attempt(record)
+            if self.group.log:
+                self.group.log.event("attempt", step=record.step, epoch=record.epoch,
+                                     verdict=record.verdict or "failed", plan_bytes=record.plan_bytes)
+
+    def _recover_in_flight(self, err: EngineError, current, ahead, in_audit: bool = False):
+        """Overlap: recover with `current` (and maybe `ahead`) in flight; what is in flight after.
+        `in_audit`: the failure was found by the audit after the step before `current`."""
+        again = self._recover(err, current, in_audit)
+        self.group.forget_sent()
+        if again is current:                   # restore: the same plans, in order, new epoch
+            self.group.submit(current.plan)
+            if ahead is not None:
+                self.group.submit(ahead.plan)
+            return current, ahead
+        self.send(again)                       # recompute: planned again, nothing ahead of it
+        self.assume(again)
+        return again, None
 
     @contextmanager
     def _phase(self, phase: str, step: int):
@@ -163,9 +228,12 @@ class DistributedEngine(Engine):
             try:
                 return self.group.audit(self.pool.slots, step)
             except RECOVERABLE as err:
-                self._recover(err, None)
+                if self._in_flight is None:
+                    self._recover(err, None)
+                else:                          # overlap: the next step's plan is in flight
+                    self._recover_in_flight(err, self._in_flight, None, in_audit=True)
 
-    def _recover(self, err: EngineError, prepared):
+    def _recover(self, err: EngineError, prepared, in_audit: bool = False):
         """Restart what failed. The budget counts recoveries: one recovery may try again when
         a replacement we started dies on the way up (within the same budget of tries), but a
         window that passes without a replacement joining ends the run, naming the first loss."""
@@ -180,7 +248,7 @@ class DistributedEngine(Engine):
         while True:
             tries += 1
             try:
-                return self._restart_after(err, prepared)
+                return self._restart_after(err, prepared, in_audit)
             except RankLost as again:           # the replacement did not come up
                 if again.step is None:
                     again.step = first.step
@@ -190,7 +258,7 @@ class DistributedEngine(Engine):
                     raise again from None
                 err = again
 
-    def _restart_after(self, err: EngineError, prepared):
+    def _restart_after(self, err: EngineError, prepared, in_audit: bool = False):
         blamed = isinstance(err, (RankLost, ShardDivergence)) and err.rank is not None
         if blamed:
             # every rank found dead by now goes too (a fault on all ranks is one recovery, not N),
@@ -199,7 +267,8 @@ class DistributedEngine(Engine):
         else:
             ranks = list(range(self.group.world_size))
         failed_epoch = self.group.epoch
-        step = prepared.step if prepared is not None else err.step
+        in_audit = in_audit or prepared is None
+        step = err.step if in_audit else prepared.step
         preempted: list[str] = []
         if self.policy == "restore":
             shard = self.pool.slots.snapshot()
@@ -210,6 +279,8 @@ class DistributedEngine(Engine):
             pages = 0
             if prepared is not None:
                 before = set(prepared.preempted)
+                if self._overlap:
+                    prepared = self.withdraw_in_flight(prepared)
                 prepared = self.replan_without_pages(prepared)
                 preempted = [r for r in prepared.preempted if r not in before]
             else:
@@ -217,7 +288,7 @@ class DistributedEngine(Engine):
                 self._preempted_between_steps += preempted
         self.recoveries.append(Recovery(step, failed_epoch, err.kind, err.rank, err.message,
                                         self.policy, tuple(ranks), tuple(pids), pages,
-                                        tuple(preempted), in_audit=prepared is None,
+                                        tuple(preempted), in_audit=in_audit,
                                         hosts=self.group.hosts_of(ranks)))
         if self.timeline is not None:
             self.timeline.instant(f"{self.policy}: {err.kind}", step=step, epoch=failed_epoch,
