@@ -4,10 +4,15 @@ validate the joined result against it (phase 9) before anything commits.
 from __future__ import annotations
 
 from .errors import BoundaryViolation
-from .messages import ExecutionPlan, ExecutionResult, PlanItem, placement_pages
+from .messages import ExecutionPlan, ExecutionResult, PlanItem, placement_pages, shifted_span
 
 
-def build_plan(step: int, work: list, page_size: int) -> ExecutionPlan:
+def build_plan(step: int, work: list, page_size: int, priors: dict[str, int] | None = None) -> ExecutionPlan:
+    """Phase 6. `priors` (overlap): the drafts assumed accepted of each request's item in flight;
+    its item here may start that many positions earlier, so its placements begin there."""
+    if priors:
+        return ExecutionPlan(step, tuple(_ahead_item(req, n, decode, page_size, priors.get(req.request_id, 0))
+                                         for req, n, decode in work))
     items = tuple(
         PlanItem(req.request_id, req.computed, n, req.draft_len, decode, req.num_verdicts,
                  placement_pages(req.computed, n, req.page_table, page_size))
@@ -15,8 +20,20 @@ def build_plan(step: int, work: list, page_size: int) -> ExecutionPlan:
     return ExecutionPlan(step, items)
 
 
-def validate(plan: ExecutionPlan, result: ExecutionResult) -> None:
-    """Phase 9: the result must answer exactly this plan; else BoundaryViolation."""
+def _ahead_item(req, n: int, decode: bool, page_size: int, prior: int) -> PlanItem:
+    start = req.computed
+    return PlanItem(req.request_id, start, n, req.draft_len, decode, req.num_verdicts,
+                    placement_pages(start - prior, n + prior, req.page_table, page_size), prior)
+
+
+def validate(plan: ExecutionPlan, result: ExecutionResult, shifts: dict[str, int] | None = None,
+             page_size: int = 0) -> None:
+    """Phase 9: the result must answer exactly this plan; else BoundaryViolation. `shifts`
+    (overlap): for an item planned ahead, the drafts the ranks rejected of its request's item
+    before it: it must have started that much earlier, on those of its placements."""
+    if shifts is not None and any(item.prior_drafts for item in plan.items):
+        plan = plan._replace(items=tuple(_where(item, shifts, page_size) if item.prior_drafts else item
+                                         for item in plan.items))
     if result.step != plan.step:
         raise BoundaryViolation(f"result answers step {result.step}, the plan is step {plan.step}")
     items, outcomes = plan.items, result.outcomes
@@ -38,6 +55,12 @@ def validate(plan: ExecutionPlan, result: ExecutionResult) -> None:
         high = item.num_tokens - 1 if item.decode else 0
         if not 0 <= out.accepted <= high:
             raise BoundaryViolation(f"{rid}: accepted {out.accepted}, allowed 0..{high}")
+
+
+def _where(item: PlanItem, shifts: dict[str, int], page_size: int) -> PlanItem:
+    """The item as the ranks must run it: started earlier by its request's drafts rejected."""
+    start, pages = shifted_span(item, shifts.get(item.request_id, 0), page_size)
+    return item._replace(start_position=start, placements=pages)
 
 
 def _pages(pages) -> str:

@@ -23,6 +23,11 @@ class PlanItem(NamedTuple):
     decode: bool
     verdict_index: int
     placements: tuple[int, ...]   # page ids holding [start_position, start_position + num_tokens)
+    # Overlap scheduling (engine/overlap.py): planned while the request's previous item, a
+    # decode of `prior_drafts` drafts, was in flight, assuming every draft accepted. The rank
+    # starts the item as many positions earlier as it rejected of them (it knows: the verdict
+    # of `verdict_index - 1`), and `placements` then hold [start - prior_drafts, start + n).
+    prior_drafts: int = 0
 
 
 class ExecutionPlan(NamedTuple):
@@ -49,6 +54,14 @@ class ExecutionResult(NamedTuple):
     """The group's one answer: N rank results joined (phase 8)."""
     step: int
     outcomes: tuple[ItemOutcome, ...]
+
+
+def shifted_span(item: PlanItem, rejected: int, page_size: int) -> tuple[int, tuple[int, ...]]:
+    """Overlap: where an item planned after `prior_drafts` assumed drafts really runs, when
+    `rejected` of them were rejected: its start and the pages of its placements it writes."""
+    start = item.start_position - rejected
+    first = (item.start_position - item.prior_drafts) // page_size
+    return start, item.placements[start // page_size - first:(start + item.num_tokens - 1) // page_size - first + 1]
 
 
 def placement_pages(start: int, num_tokens: int, page_table: list[int], page_size: int) -> tuple[int, ...]:

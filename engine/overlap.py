@@ -49,6 +49,7 @@ class Assumption(NamedTuple):
     num_verdicts: int
     assumed_computed: int
     assumed_generated: int
+    drafts: int                 # the item's drafts, all assumed accepted
 
     @property
     def placeholders(self) -> int:
@@ -70,7 +71,8 @@ def assume(work: list, voided: set[str]) -> int:
             req.num_verdicts = verdicts + 1
         if req.computed == req.prompt + req.generated:
             req.generated += 1
-        req.assumed = Assumption(computed, generated, verdicts, req.computed, req.generated)
+        req.assumed = Assumption(computed, generated, verdicts, req.computed, req.generated,
+                                 n - 1 if decode else 0)
         if req.generated >= req.max_new_tokens:
             done += 1
     return done

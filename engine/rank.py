@@ -7,7 +7,7 @@ and writes `(request_id, position)` into its shard for every placement.
 """
 from __future__ import annotations
 
-from .messages import ExecutionPlan, ItemOutcome, RankExecutionResult
+from .messages import ExecutionPlan, ItemOutcome, RankExecutionResult, shifted_span
 from .shard import SlotStore
 
 
@@ -37,16 +37,28 @@ class RankExecutor:
         first, and writes its shard after (`apply`), before it reads the next message."""
         if not plan.items:
             return RankExecutionResult(self.rank, self.world_size, plan.step, ())
-        ids, starts, counts, _, decodes, indexes, placements = zip(*plan.items)
+        ids, starts, counts, _, decodes, indexes, placements, priors = zip(*plan.items)
         accepted = self.accepted(ids, counts, decodes, indexes)
+        if any(priors):
+            starts, placements = zip(*map(self.where, plan.items))
         outcomes = tuple(map(ItemOutcome._make, zip(ids, starts, counts, accepted, placements)))
         return RankExecutionResult(self.rank, self.world_size, plan.step, outcomes)
 
     def apply(self, plan: ExecutionPlan) -> None:
         """Write every item's positions into the shard, at its placements."""
         write = self.shard.write_span
-        for rid, start, num_tokens, _, _, _, pages in plan.items:
-            write(pages, rid, start, num_tokens)
+        for item in plan.items:
+            start, pages = self.where(item) if item.prior_drafts else (item.start_position, item.placements)
+            write(pages, item.request_id, start, item.num_tokens)
+
+    def where(self, item) -> tuple[int, tuple[int, ...]]:
+        """An item's start and pages. Planned after assumed drafts (overlap scheduling), it
+        starts as many positions earlier as this rank rejected of them, by its own verdict."""
+        if not item.prior_drafts:
+            return item.start_position, item.placements
+        drafted = item.prior_drafts
+        rejected = drafted - verdict(self.accept_scripts.get(item.request_id), item.verdict_index - 1, drafted)
+        return shifted_span(item, rejected, self.shard.page_size)
 
     # The same two, over a plan's columns (a rank on processes gets its plan as columns and
     # never builds the items): one value per item in each, the pages of all items concatenated.
@@ -69,6 +81,24 @@ class RankExecutor:
             a = script[index]
             add(a if 0 <= a <= drafted else drafted if a > drafted else min(0, drafted))
         return out
+
+    def place_columns(self, request_ids, starts, counts, verdict_indexes, num_pages, priors, pages):
+        """`where` over columns: (starts, num_pages, pages) as the items really run."""
+        get, page_size = self.accept_scripts.get, self.shard.page_size
+        starts, kept_counts, kept = list(starts), [], []
+        at = 0
+        for i, (rid, count, index, k, prior) in enumerate(zip(request_ids, counts, verdict_indexes,
+                                                                num_pages, priors)):
+            own = pages[at:at + k]
+            at += k
+            if prior:
+                start = starts[i] - (prior - verdict(get(rid), index - 1, prior))
+                first = (starts[i] - prior) // page_size
+                own = own[start // page_size - first:(start + count - 1) // page_size - first + 1]
+                starts[i] = start
+            kept_counts.append(len(own))
+            kept.extend(own)
+        return starts, kept_counts, kept
 
     def apply_columns(self, request_ids, starts, counts, num_pages, pages) -> None:
         """`apply`: item i is written at the next num_pages[i] of `pages`."""

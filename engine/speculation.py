@@ -22,8 +22,11 @@ def draft_len(req: Request, spec_len: int, decoding: bool | None = None) -> int:
     return min(spec_len, req.max_new_tokens - req.generated - 1) if decoding else 0
 
 
-def resolve(req: Request, num_tokens: int, accepted: int, pool: PagePool) -> tuple[int, int, int]:
-    """Phase 10 for one committed decode item; returns (drafted, accepted, rolled_back)."""
+def resolve(req: Request, num_tokens: int, accepted: int, pool: PagePool,
+            reserved: int = 0) -> tuple[int, int, int]:
+    """Phase 10 for one committed decode item; returns (drafted, accepted, rolled_back).
+    `reserved`: positions past the frontier whose pages stay (overlap: the request's item in
+    the step planned ahead runs there)."""
     drafted = num_tokens - 1
     if req.eos_after is not None:
         accepted = min(accepted, req.eos_after - req.generated)
@@ -31,7 +34,7 @@ def resolve(req: Request, num_tokens: int, accepted: int, pool: PagePool) -> tup
     req.computed -= rolled_back
     req.generated += accepted
     req.num_verdicts += 1
-    keep = pages_needed(req.computed, pool.page_size)
+    keep = pages_needed(req.computed + reserved, pool.page_size)
     table = req.page_table
     while len(table) > keep:
         pool.unmap(table.pop(), req.request_id)

@@ -38,6 +38,7 @@ class PreparedStep(NamedTuple):
     evicted: list[int]
     voided: set[str]           # overlap: requests whose item is discarded (planned from a state
                                # that never existed)
+    shifts: dict[str, int]     # overlap: drafts rejected of each request's item the step before
 
 
 class Engine:
@@ -78,6 +79,7 @@ class Engine:
         self._in_flight: PreparedStep | None = None
         self._ahead: PreparedStep | None = None
         self._taken_as_finished = 0    # requests the step in flight is assumed to finish
+        self._reserved: dict[str, int] = {}   # tokens of each request's item in the step ahead
 
     @property
     def done(self) -> bool:
@@ -219,9 +221,13 @@ class Engine:
             raise
         for req in preempted:
             self._reuse_queue.add(req)
-        plan = build_plan(step, work, self.config.page_size)
+        priors = None
+        if self._in_flight is not None:           # overlap: planned ahead, from assumed drafts
+            priors = {req.request_id: req.assumed.drafts for req, _, _ in work
+                      if req.assumed is not None and req.assumed.drafts}
+        plan = build_plan(step, work, self.config.page_size, priors)
         return PreparedStep(step, plan, work, admitted, scheduled,
-                            [r.request_id for r in preempted], reused, evicted, set())
+                            [r.request_id for r in preempted], reused, evicted, set(), {})
 
     def replan_without_pages(self, prepared: PreparedStep) -> PreparedStep:
         """Every page is lost (the executor came back empty): plan the step again from nothing.
@@ -276,7 +282,7 @@ class Engine:
 
     def commit(self, prepared: PreparedStep, result: ExecutionResult) -> StepTrace:
         try:
-            validate(prepared.plan, result)
+            validate(prepared.plan, result, prepared.shifts, self.config.page_size)
         except EngineError as e:
             e.step = prepared.step
             raise
@@ -286,8 +292,12 @@ class Engine:
 
     def _commit_overlapped(self, prepared: PreparedStep, result: ExecutionResult) -> StepTrace:
         """Phases 9 to 13 from the committed state, as at `full`, for the items not discarded;
-        then what differs from what the next plan assumed is given back."""
-        voided = prepared.voided
+        then what differs from what the next plan assumed is given back: an item of a request
+        that finished by EOS is discarded from the next step, one whose drafts were rejected
+        stands, started as much earlier (the ranks know by how much; the next commit checks)."""
+        voided, ahead = prepared.voided, self._ahead
+        if ahead is not None:
+            self._reserved = {req.request_id: n for req, n, _ in ahead.work if req.request_id not in ahead.voided}
         work, outcomes, assumed = [], [], []
         for entry, outcome in zip(prepared.work, result.outcomes):
             if entry[0].request_id not in voided:
@@ -295,15 +305,20 @@ class Engine:
                 outcomes.append(outcome)
                 assumed.append(overlap.settle(entry[0]))
         self._taken_as_finished = 0
-        trace = self._commit(prepared, work, outcomes)
+        try:
+            trace = self._commit(prepared, work, outcomes)
+        finally:
+            self._reserved = {}
         real = {}
-        for (req, _, _), a in zip(work, assumed):
+        for (req, n, decode), outcome, a in zip(work, outcomes, assumed):
             back = overlap.reconcile(req, a)
             if back:
                 real[req.request_id] = back
-        ahead = self._ahead
-        if ahead is not None:
-            ahead.voided.update(real)
+            if ahead is not None:
+                if req.state is State.FINISHED:
+                    ahead.voided.add(req.request_id)
+                if decode:                  # what the ranks shift its next item by, discarded or not
+                    ahead.shifts[req.request_id] = n - 1 - outcome.accepted
         discarded, returned = {}, {}
         for req, n, _ in prepared.work:
             rid = req.request_id
@@ -326,10 +341,11 @@ class Engine:
             req.computed += outcome.executed_tokens
             executed[rid] = n
         # phase 10, resolve
+        reserved = self._reserved
         for (req, n, decode), outcome in zip(work, outcomes):
             if decode:
-                d, a, r = speculation.resolve(req, n, outcome.accepted, pool)
                 rid = req.request_id
+                d, a, r = speculation.resolve(req, n, outcome.accepted, pool, reserved.get(rid, 0))
                 drafted[rid], accepted[rid], rolled_back[rid] = d, a, r
         # phase 11, publish
         for req, _, _ in work:

@@ -76,9 +76,11 @@ def test_the_next_plan_crosses_before_the_results_of_the_one_before(serving, tmp
     assert ahead_steps("full")[0] == 0
 
 
-@pytest.mark.parametrize("fault,found", [("1:crash@6", 6), ("0:hang@6", 6), ("2:disagree@6", 6),
-                                         ("1:crash-after-reply@6", 7), ("2:garble@7", 7),
-                                         ("0:bad-writes@7", 7)])
+# found: where the failure is seen. A garbled reply to 7 may come while 6 is awaited (it is
+# no message: nothing says which step it answers), so it is seen at 6 or at 7.
+@pytest.mark.parametrize("fault,found", [("1:crash@6", {6}), ("0:hang@6", {6}), ("2:disagree@6", {6}),
+                                         ("1:crash-after-reply@6", {7}), ("2:garble@7", {6, 7}),
+                                         ("0:bad-writes@7", {7})])
 def test_restore_with_two_plans_in_flight_keeps_the_trace(serving, serving_trace, fault, found, tmp_path):
     log = tmp_path / "wire.jsonl"
     done = cli("launch", "--rung", "overlap", "--json", "--world-size", 3, "--step-timeout", 2,
@@ -86,7 +88,7 @@ def test_restore_with_two_plans_in_flight_keeps_the_trace(serving, serving_trace
     assert done.returncode == 0, done.stderr
     assert done.stdout == serving_trace
     restarts = events(log, "restart")
-    assert len(restarts) == 1 and restarts[0]["step"] == found
+    assert len(restarts) == 1 and restarts[0]["step"] in found
     # the failed step had the next one in flight: its plan went out before the failure
     step = restarts[0]["step"]
     epochs = {r["epoch"] for r in map(json.loads, log.read_text().splitlines())

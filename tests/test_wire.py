@@ -30,6 +30,7 @@ from inferris_dist.engine import (
     EngineError,
     ExecutionPlan,
     ItemOutcome,
+    LocalGroup,
     PlanItem,
     accept_scripts,
 )
@@ -41,6 +42,7 @@ pytestmark = [pytest.mark.timeout(30), pytest.mark.procs]   # every test here, o
 
 ENGINE_SPECS = ["demo", "speculative", "preemption", "prefix_reuse", "cache_eviction",
                 "chunked_prefill", "world_size_8", "random_017", "irreducible"]
+OVERLAP_SPECS = ["speculative", "random_011", "random_028"]     # overlap runs that plan items ahead
 
 FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                   HealthCheck.data_too_large,
@@ -78,6 +80,18 @@ def engine_frames(names=ENGINE_SPECS):
         cfg = workload.config
         configs.append(wire.Config(cfg.num_pages, cfg.page_size, accept_scripts(workload),
                                    snaps[0], ["1:crash@3", "0:delay@2:0.5"]))
+    for name in OVERLAP_SPECS:                 # and the plans of overlap runs (prior_drafts > 0)
+        workload = golden_workload(name)
+
+        class Recording(LocalGroup):
+            def execute(self, plan):
+                result = super().execute(plan)
+                plans.append(plan)
+                results.append(result.outcomes)
+                return result
+
+        for _ in Engine(workload, Recording(workload), rung="overlap").run():
+            pass
     return plans, results, shards, configs
 
 
@@ -136,6 +150,7 @@ def check_well_typed(kind: MsgType, value) -> None:
             pages(item.placements)
             assert item.start_position >= 0 and item.num_tokens >= 1 and item.draft_len >= 0
             assert item.verdict_index >= 0 and all(p >= 0 for p in item.placements)
+            assert type(item.prior_drafts) is int and item.prior_drafts >= 0
     elif kind is MsgType.RESULT:
         assert type(value) is tuple
         for o in value:
@@ -215,6 +230,7 @@ def test_plans_and_outcomes_of_real_engine_steps_roundtrip():
     plans, results, _, _ = engine_data()
     assert len(plans) > 100 and any(i.decode for p in plans for i in p.items)
     assert any(i.draft_len for p in plans for i in p.items)       # speculation crossed too
+    assert any(i.prior_drafts for p in plans for i in p.items)    # and items planned ahead
     for plan in plans:
         got = roundtrip(MsgType.PLAN, plan)
         assert got == plan
@@ -282,8 +298,8 @@ def i32(*values: int) -> bytes:
     return struct.pack(f"<{len(values)}i", *values)
 
 
-# One item r0: start 0, 4 tokens, no draft, no decode, verdict 0, one page: page 0.
-GOOD_PLAN = (3, ("r0",), i32(0, 4, 0, 0, 0, 1), i32(0))
+# One item r0: start 0, 4 tokens, no draft, no decode, verdict 0, one page, no prior drafts: page 0.
+GOOD_PLAN = (3, ("r0",), i32(0, 4, 0, 0, 0, 1, 0), i32(0))
 GOOD_RESULT = (("r0",), i32(0, 4, 0, 1), i32(0))       # start 0, executed 4, accepted 0, one write
 V2_ITEM = ("r0", 0, 4, 0, False, 0, (0,))             # protocol 2's row of a plan, and of a result
 V2_OUTCOME = ("r0", 0, 4, 0, (0,))
@@ -302,7 +318,8 @@ BAD_HEADERS = {
     "version-0": pk(with_at(GOOD_HEADER, 0, 0)),
     "version-1": pk(with_at(GOOD_HEADER, 0, 1)),
     "version-2": pk(with_at(GOOD_HEADER, 0, 2)),
-    "version-4": pk(with_at(GOOD_HEADER, 0, 4)),
+    "version-3": pk(with_at(GOOD_HEADER, 0, 3)),
+    "version-5": pk(with_at(GOOD_HEADER, 0, 5)),
     "version-99": pk(with_at(GOOD_HEADER, 0, 99)),
     "version-negative": pk(with_at(GOOD_HEADER, 0, -1)),
     "type-0": pk(with_at(GOOD_HEADER, 1, 0)),
@@ -410,29 +427,32 @@ BAD_BODIES = [
     (MsgType.PLAN, "rid-nested", with_at(GOOD_PLAN, 1, (("r0",),))),
     (MsgType.PLAN, "more-ids-than-columns", with_at(GOOD_PLAN, 1, ("r0", "r1"))),
     (MsgType.PLAN, "no-ids-some-columns", with_at(GOOD_PLAN, 1, ())),
-    (MsgType.PLAN, "cols-list", with_at(GOOD_PLAN, 2, (0, 4, 0, 0, 0, 1))),
-    (MsgType.PLAN, "cols-str", with_at(GOOD_PLAN, 2, "\x00" * 24)),
+    (MsgType.PLAN, "cols-list", with_at(GOOD_PLAN, 2, (0, 4, 0, 0, 0, 1, 0))),
+    (MsgType.PLAN, "cols-str", with_at(GOOD_PLAN, 2, "\x00" * 28)),
     (MsgType.PLAN, "cols-nil", with_at(GOOD_PLAN, 2, None)),
     (MsgType.PLAN, "cols-ext", with_at(GOOD_PLAN, 2, EXT)),
-    (MsgType.PLAN, "cols-5-columns", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, 0))),
-    (MsgType.PLAN, "cols-7-columns", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, 0, 1, 0))),
-    (MsgType.PLAN, "cols-truncated", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, 0, 1)[:-1])),
-    (MsgType.PLAN, "cols-a-byte-more", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, 0, 1) + b"\x00")),
+    (MsgType.PLAN, "cols-6-columns", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, 0, 1))),   # before prior_drafts
+    (MsgType.PLAN, "cols-8-columns", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, 0, 1, 0, 0))),
+    (MsgType.PLAN, "cols-truncated", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, 0, 1, 0)[:-1])),
+    (MsgType.PLAN, "cols-a-byte-more", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, 0, 1, 0) + b"\x00")),
     (MsgType.PLAN, "cols-empty", with_at(GOOD_PLAN, 2, b"")),
-    (MsgType.PLAN, "start-negative", with_at(GOOD_PLAN, 2, i32(-1, 4, 0, 0, 0, 1))),
-    (MsgType.PLAN, "start-int32-min", with_at(GOOD_PLAN, 2, i32(-(2**31), 4, 0, 0, 0, 1))),
-    (MsgType.PLAN, "tokens-0", with_at(GOOD_PLAN, 2, i32(0, 0, 0, 0, 0, 1))),
-    (MsgType.PLAN, "tokens-negative", with_at(GOOD_PLAN, 2, i32(0, -4, 0, 0, 0, 1))),
-    (MsgType.PLAN, "draft-negative", with_at(GOOD_PLAN, 2, i32(0, 4, -1, 0, 0, 1))),
-    (MsgType.PLAN, "decode-2", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 2, 0, 1))),
-    (MsgType.PLAN, "decode-negative", with_at(GOOD_PLAN, 2, i32(0, 4, 0, -1, 0, 1))),
-    (MsgType.PLAN, "verdict-negative", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, -1, 1))),
-    (MsgType.PLAN, "num-pages-negative", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, 0, -1))),
-    (MsgType.PLAN, "num-pages-over", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, 0, 2))),
-    (MsgType.PLAN, "num-pages-under", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, 0, 0))),
-    (MsgType.PLAN, "num-pages-huge", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, 0, 2**31 - 1))),
-    (MsgType.PLAN, "num-pages-cancel-out", (3, ("a", "b"), i32(0, 0, 4, 4, 0, 0, 0, 0, 0, 0, 2, -1),
+    (MsgType.PLAN, "start-negative", with_at(GOOD_PLAN, 2, i32(-1, 4, 0, 0, 0, 1, 0))),
+    (MsgType.PLAN, "start-int32-min", with_at(GOOD_PLAN, 2, i32(-(2**31), 4, 0, 0, 0, 1, 0))),
+    (MsgType.PLAN, "tokens-0", with_at(GOOD_PLAN, 2, i32(0, 0, 0, 0, 0, 1, 0))),
+    (MsgType.PLAN, "tokens-negative", with_at(GOOD_PLAN, 2, i32(0, -4, 0, 0, 0, 1, 0))),
+    (MsgType.PLAN, "draft-negative", with_at(GOOD_PLAN, 2, i32(0, 4, -1, 0, 0, 1, 0))),
+    (MsgType.PLAN, "decode-2", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 2, 0, 1, 0))),
+    (MsgType.PLAN, "decode-negative", with_at(GOOD_PLAN, 2, i32(0, 4, 0, -1, 0, 1, 0))),
+    (MsgType.PLAN, "verdict-negative", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, -1, 1, 0))),
+    (MsgType.PLAN, "num-pages-negative", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, 0, -1, 0))),
+    (MsgType.PLAN, "num-pages-over", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, 0, 2, 0))),
+    (MsgType.PLAN, "num-pages-under", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, 0, 0, 0))),
+    (MsgType.PLAN, "num-pages-huge", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, 0, 2**31 - 1, 0))),
+    (MsgType.PLAN, "num-pages-cancel-out", (3, ("a", "b"), i32(0, 0, 4, 4, 0, 0, 0, 0, 0, 0, 2, -1, 0, 0),
                                             i32(0))),
+    (MsgType.PLAN, "num-pages-with-prior", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 0, 0, 0, 1))),
+    (MsgType.PLAN, "prior-negative", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 1, 1, 1, -1))),
+    (MsgType.PLAN, "prior-int32-min", with_at(GOOD_PLAN, 2, i32(0, 4, 0, 1, 1, 1, -(2**31)))),
     (MsgType.PLAN, "pages-int", with_at(GOOD_PLAN, 3, 0)),
     (MsgType.PLAN, "pages-list", with_at(GOOD_PLAN, 3, (0,))),
     (MsgType.PLAN, "pages-bool", with_at(GOOD_PLAN, 3, (True,))),
@@ -516,8 +536,8 @@ def test_bad_body_is_a_wire_error(kind, name, body):
 RAW_BAD_BODIES = {
     "empty": b"",
     "invalid-byte": b"\xc1",
-    "bad-utf8-in-rid": (b"\x94\x03\x91\xa2\xff\xfe\xc4\x18" + b"\x00" * 4 + b"\x04\x00\x00\x00"
-                        + b"\x00" * 12 + b"\x01\x00\x00\x00\xc4\x04\x00\x00\x00\x00"),
+    "bad-utf8-in-rid": (b"\x94\x03\x91\xa2\xff\xfe\xc4\x1c" + b"\x00" * 4 + b"\x04\x00\x00\x00"
+                        + b"\x00" * 12 + b"\x01\x00\x00\x00" + b"\x00" * 4 + b"\xc4\x04\x00\x00\x00\x00"),
     "nested-deep": b"\x91" * 100_000 + b"\xc0",
     "array32-claims-4g": b"\xdd\xff\xff\xff\xff",
     "map32-claims-4g": b"\xdf\xff\xff\xff\xff",
@@ -531,7 +551,7 @@ RAW_BAD_BODIES = {
     "nested-array-claims": (b"\xdd" + wire.MAX_ARRAY_LEN.to_bytes(4, "big")) * 40,
     "nested-map-claims": (b"\xdf" + wire.MAX_MAP_LEN.to_bytes(4, "big") + b"\xa1k") * 1000,
     # the columnar bodies' own claims: a column of 4 GB, of the frame cap, ids past the cap
-    "plan-cols-claim-4g": b"\x94\x03\x91\xa2r0\xc6\xff\xff\xff\xff" + b"\x00" * 24,
+    "plan-cols-claim-4g": b"\x94\x03\x91\xa2r0\xc6\xff\xff\xff\xff" + b"\x00" * 28,
     "plan-pages-claim-cap": (b"\x94\x03\x90\xc4\x00\xc6" + wire.MAX_FRAME_BYTES.to_bytes(4, "big")
                              + b"\x00" * 64),
     "plan-ids-claim-max": b"\x94\x03\xdd" + wire.MAX_ARRAY_LEN.to_bytes(4, "big") + b"\xa0" * 64,
@@ -683,6 +703,7 @@ _LAYER = shaped(_S, _I, _Y)
 _IDS = lambda n: mostly(st.lists(_S, min_size=n, max_size=n).map(tuple)) | st.lists(_S, max_size=5)
 _START, _DRAFT, _VERDICT = st.integers(-1, 2**20), st.integers(-1, 8), st.integers(-1, 8)
 _TOKENS, _DECODE, _NUM_PAGES = st.integers(0, 64), st.sampled_from([0, 1, 0, 1, 2, -1]), st.integers(-1, 2)
+_PRIOR = st.sampled_from([0, 0, 0, 1, 3, -1])
 
 
 def _COLUMNS(n, *columns):
@@ -703,7 +724,7 @@ SHAPES = {
     MsgType.CONFIG: shaped(_I, _I, _SCRIPTS, _SHARD, mostly(st.lists(_S, max_size=3))),
     MsgType.READY: st.one_of(st.just(()), LEAVES, st.lists(LEAVES, max_size=2)),
     MsgType.PLAN: st.integers(0, 4).flatmap(lambda n: shaped(
-        _I, _IDS(n), _COLUMNS(n, _START, _TOKENS, _DRAFT, _DECODE, _VERDICT, _NUM_PAGES), _PAGE_IDS)),
+        _I, _IDS(n), _COLUMNS(n, _START, _TOKENS, _DRAFT, _DECODE, _VERDICT, _NUM_PAGES, _PRIOR), _PAGE_IDS)),
     MsgType.RESULT: st.integers(0, 4).flatmap(lambda n: shaped(
         _IDS(n), _COLUMNS(n, _START, _TOKENS, _DRAFT, _NUM_PAGES), _PAGE_IDS)),
     MsgType.SHARD: _SHARD,

@@ -1,13 +1,17 @@
-"""The columnar PLAN and RESULT (protocol 3), without processes.
+"""The columnar PLAN and RESULT (protocol 3 and 4), without processes.
 
-1. Any valid plan or result round-trips, to the same value and the same bytes (hypothesis).
+1. Any valid plan or result round-trips, to the same value and the same bytes (hypothesis),
+   prior_drafts (the seventh column) included.
 2. An honest rank's RESULT, built from the plan's bytes and its verdict column, is the very
    bytes of the RESULT of the outcomes built item by item; read back against the plan it
-   answers, it decodes to the same outcomes as without the plan, and so does any lie.
-3. The rank's columnar execution (`accepted`, `apply_columns`) is `verdicts` and `apply`,
-   on every step of the golden workloads, shard for shard.
+   answers, it decodes to the same outcomes as without the plan, and so does any lie. With
+   items planned ahead (overlap), the RESULT the rank builds from the columns it placed
+   (`place_columns`, `encode_result_columns`) is the very bytes of the general path's.
+3. The rank's columnar execution (`accepted`, `place_columns`, `apply_columns`) is `verdicts`
+   and `apply`, on every step of the golden workloads at full and at overlap, shard for shard.
 4. The worker's hot path (`Worker.answer`) sends what the general path sends and leaves the
-   same shard; a page id past the shard fails before anything is sent or written.
+   same shard, at full and at overlap; a page id past the shard fails before anything is
+   sent or written.
 5. Hostile columns: every cut, every int32 of a valid body set to a hostile value, is a
    `WireError` or a well-formed plan; the errors say what is wrong.
 """
@@ -36,7 +40,8 @@ INT32 = 2**31 - 1
 IDS = st.text(max_size=8)
 PAGE = st.integers(0, INT32)
 PLAN_ITEMS = st.builds(PlanItem, IDS, st.integers(0, INT32), st.integers(1, INT32), st.integers(0, INT32),
-                       st.booleans(), st.integers(0, INT32), st.lists(PAGE, max_size=6).map(tuple))
+                       st.booleans(), st.integers(0, INT32), st.lists(PAGE, max_size=6).map(tuple),
+                       st.one_of(st.just(0), st.integers(0, INT32)))
 PLANS = st.builds(ExecutionPlan, st.integers(-(2**63), 2**64 - 1),
                   st.lists(PLAN_ITEMS, max_size=12).map(tuple))
 OUTCOMES = st.lists(st.builds(ItemOutcome, IDS, st.integers(0, INT32), st.integers(0, INT32),
@@ -61,8 +66,22 @@ def test_any_valid_plan_roundtrips(plan):
     columns = wire.decode_plan_columns(frame)
     assert wire.plan_of(columns) == plan and columns.step == plan.step
     n = len(plan.items)
-    assert len(columns.cols) == 6 * n
+    assert len(columns.cols) == 7 * n and len(columns.raw_cols) == 28 * n
     assert columns.column("decode").tolist() == [int(i.decode) for i in plan.items]
+    assert columns.column("prior_drafts").tolist() == [i.prior_drafts for i in plan.items]
+
+
+def test_a_plan_with_prior_drafts_roundtrips():
+    plan = ExecutionPlan(4, (PlanItem("a", 9, 3, 2, True, 4, (1, 2), 3),
+                             PlanItem("b", 0, 2, 0, False, 0, (7,)),
+                             PlanItem("c", 5, 1, 0, True, 1, (3, 4), 1)))
+    frame = wire.encode_body(MsgType.PLAN, plan)
+    got = wire.decode_body(MsgType.PLAN, frame)
+    assert got == plan and [i.prior_drafts for i in got.items] == [3, 0, 1]
+    assert all(type(i.prior_drafts) is int for i in got.items)
+    assert wire.encode_body(MsgType.PLAN, got) == frame
+    columns = wire.decode_plan_columns(frame)
+    assert columns.column("prior_drafts").tolist() == [3, 0, 1] and wire.plan_of(columns) == plan
 
 
 @settings(max_examples=300, **FUZZ)
@@ -79,6 +98,8 @@ def test_values_past_int32_are_refused_when_encoding():
         with pytest.raises(WireError, match="int32"):
             wire.encode_body(MsgType.PLAN, ExecutionPlan(0, (PlanItem("a", bad, 1, 0, False, 0, (0,)),)))
         with pytest.raises(WireError, match="int32"):
+            wire.encode_body(MsgType.PLAN, ExecutionPlan(0, (PlanItem("a", 0, 1, 0, False, 0, (0,), bad),)))
+        with pytest.raises(WireError, match="int32"):
             wire.encode_body(MsgType.RESULT, (ItemOutcome("a", 0, 1, 0, (bad,)),))
 
 
@@ -86,9 +107,10 @@ def test_values_past_int32_are_refused_when_encoding():
 
 SCRIPTS = st.dictionaries(st.sampled_from(["a", "b", "c", ""]), st.lists(st.integers(-3, 9), max_size=4)
                           .map(tuple), max_size=3)
+# None planned ahead (prior_drafts 0: `encode_result_of`'s plans); those are AHEAD_PLANS below.
 SMALL_ITEMS = st.builds(PlanItem, st.sampled_from(["a", "b", "c", "", "ü"]), st.integers(0, 300),
                         st.integers(1, 9), st.integers(0, 8), st.booleans(), st.integers(0, 5),
-                        st.lists(st.integers(0, 15), max_size=4).map(tuple))
+                        st.lists(st.integers(0, 15), max_size=4).map(tuple), st.just(0))
 SMALL_PLANS = st.builds(ExecutionPlan, st.integers(0, 99), st.lists(SMALL_ITEMS, max_size=8).map(tuple))
 
 
@@ -140,13 +162,78 @@ def test_an_honest_result_shares_the_plans_values():
     assert outcomes == (ItemOutcome("a", 4, 2, 1, (1, 2)), ItemOutcome("b", 0, 3, 0, (5,)))
 
 
+def columnar_answer(rank: RankExecutor, c: wire.PlanColumns) -> bytes:
+    """What `Worker.answer` does with a plan's columns: its RESULT body, its shard written after."""
+    ids, counts, n = c.request_ids, c.column("num_tokens"), len(c.request_ids)
+    indexes, priors = c.column("verdict_index"), c.column("prior_drafts")
+    accepted = rank.accepted(ids, counts, c.column("decode"), indexes)
+    starts, num_pages, pages = c.column("start_position"), c.column("num_pages"), c.pages
+    if n and max(priors):
+        starts, num_pages, pages = rank.place_columns(ids, starts, counts, indexes, num_pages, priors, pages)
+        body = wire.encode_result_columns(ids, starts, counts, accepted, num_pages, pages)
+    else:
+        body = wire.encode_result_of(c, accepted)
+    rank.apply_columns(ids, starts, counts, num_pages, pages)
+    return body
+
+
+@st.composite
+def ahead_plans(draw):
+    """(page size, plan) with items planned ahead as the engine plans them: an item after
+    `prior_drafts` assumed drafts has a verdict before it (verdict_index >= 1), starts at least
+    that far in, and its placements hold [start - prior_drafts, start + num_tokens)."""
+    page_size = draw(st.integers(1, 5))
+    items = []
+    for _ in range(draw(st.integers(0, 8))):
+        prior = draw(st.sampled_from([0, 1, 2, 3, 4, 8]))
+        start, n = draw(st.integers(prior, 300)), draw(st.integers(1, 9))
+        k = (start + n - 1) // page_size - (start - prior) // page_size + 1
+        rid = draw(st.sampled_from(["a", "b", "c", "", "ü"]))
+        items.append(PlanItem(rid, start, n, draw(st.integers(0, 8)), draw(st.booleans()),
+                              draw(st.integers(1 if prior else 0, 5)),
+                              tuple(draw(st.lists(st.integers(0, 15), min_size=k, max_size=k))), prior))
+    return page_size, ExecutionPlan(draw(st.integers(0, 99)), tuple(items))
+
+
+@settings(max_examples=400, **FUZZ)
+@given(ahead_plans(), SCRIPTS)
+def test_the_rank_result_of_a_plan_ahead_from_columns_is_the_result_of_the_outcomes(sized, scripts):
+    """Items planned ahead are placed by the rank's own verdicts: the columns it places give
+    the very bytes of the general path's RESULT, and the same shard."""
+    page_size, plan = sized
+    general, columnar = (RankExecutor(0, 1, 16, page_size, scripts) for _ in range(2))
+    outcomes = general.verdicts(plan).outcomes
+    general.apply(plan)
+    frame, sent = wire.encode_plan(plan)
+    reply = columnar_answer(columnar, wire.decode_plan_columns(frame))
+    assert reply == wire.encode_body(MsgType.RESULT, outcomes)
+    assert wire.decode_result(reply, sent) == outcomes == wire.decode_result(reply)
+    assert columnar.shard.snapshot() == general.shard.snapshot()
+    for item, outcome in zip(plan.items, outcomes):        # each item ran where its verdict says
+        prior = item.prior_drafts
+        rejected = prior and prior - verdict(scripts.get(item.request_id), item.verdict_index - 1, prior)
+        start = outcome.start_position
+        assert start == item.start_position - rejected
+        first = (item.start_position - prior) // page_size
+        assert outcome.writes == item.placements[start // page_size - first:
+                                                 (start + item.num_tokens - 1) // page_size - first + 1]
+
+
 # -- 3. columnar execution is execution --------------------------------------------------------
 
 SPECS = ["demo", "speculative", "preemption", "prefix_reuse", "cache_eviction", "chunked_prefill",
          "world_size_8", "random_017", "irreducible"]
 
 
-def engine_plans(name: str) -> tuple[list[ExecutionPlan], object]:
+# Golden workloads whose overlap run plans items ahead (prior_drafts > 0), some after drafts
+# the ranks reject, some after drafts they accept whole; demo plans none ahead.
+OVERLAP_SPECS = ["speculative", "random_008", "random_011", "random_028", "random_030", "spec_budget_cut",
+                 "demo"]
+
+
+def engine_plans(name: str, rung: str = "full") -> tuple[list[ExecutionPlan], object]:
+    """The plans of a golden workload's run at `rung`, in the order the ranks execute them
+    (at overlap, `collect` executes each plan sent ahead in turn)."""
     workload = golden_workload(name)
     plans = []
 
@@ -156,7 +243,7 @@ def engine_plans(name: str) -> tuple[list[ExecutionPlan], object]:
             return super().execute(plan)
 
     try:
-        for _ in Engine(workload, Recording(workload)).run():
+        for _ in Engine(workload, Recording(workload), rung=rung).run():
             pass
     except EngineError:
         pass
@@ -181,6 +268,42 @@ def test_columnar_execution_is_execution_on_the_golden_workloads(name):
         assert columnar.shard.snapshot() == items.shard.snapshot()
 
 
+def ahead_items(plans, workload) -> tuple[int, int]:
+    """(items planned ahead after drafts some of which the ranks reject, those after drafts all accepted)."""
+    scripts = accept_scripts(workload)
+    drafted = [(i.prior_drafts, verdict(scripts.get(i.request_id), i.verdict_index - 1, i.prior_drafts))
+               for p in plans for i in p.items if i.prior_drafts]
+    return sum(a < d for d, a in drafted), sum(a == d for d, a in drafted)
+
+
+def test_the_overlap_goldens_plan_ahead_after_rejected_and_after_accepted_drafts():
+    """The overlap tests below are not vacuous: their plans have both kinds of items ahead."""
+    counts = {name: ahead_items(*engine_plans(name, "overlap")) for name in OVERLAP_SPECS}
+    assert counts["speculative"][0] and counts["speculative"][1] and counts["demo"] == (0, 0)
+    assert all(rejected for name, (rejected, _) in counts.items() if name != "demo")
+    assert sum(accepted for _, accepted in counts.values()) >= 10
+
+
+@pytest.mark.parametrize("name", OVERLAP_SPECS)
+def test_columnar_execution_is_execution_on_the_overlap_goldens(name):
+    """Items planned ahead: `place_columns` + `encode_result_columns` (as `Worker.answer` uses
+    them) are the very bytes of `verdicts` -> `encode_body(RESULT)`, and `apply_columns`
+    leaves the shard `apply` leaves, at every step."""
+    plans, workload = engine_plans(name, "overlap")
+    assert plans
+    cfg = workload.config
+    scripts = accept_scripts(workload)
+    items, columnar = (RankExecutor(0, 1, cfg.num_pages, cfg.page_size, scripts) for _ in range(2))
+    for plan in plans:
+        outcomes = items.verdicts(plan).outcomes
+        frame, sent = wire.encode_plan(plan)
+        reply = columnar_answer(columnar, wire.decode_plan_columns(frame))
+        assert reply == wire.encode_body(MsgType.RESULT, outcomes), f"step {plan.step}"
+        assert wire.decode_result(reply, sent) == outcomes
+        items.apply(plan)
+        assert columnar.shard.snapshot() == items.shard.snapshot(), f"step {plan.step}"
+
+
 # -- 4. the worker's hot path ------------------------------------------------------------------
 
 class Socket:
@@ -203,9 +326,10 @@ def worker(workload, faults=()) -> Worker:
     return w
 
 
-@pytest.mark.parametrize("name", ["speculative", "preemption", "random_017"])
-def test_the_hot_path_sends_what_the_general_path_sends(name):
-    plans, workload = engine_plans(name)
+@pytest.mark.parametrize("name,rung", [(name, "full") for name in ("speculative", "preemption", "random_017")]
+                         + [(name, "overlap") for name in OVERLAP_SPECS])
+def test_the_hot_path_sends_what_the_general_path_sends(name, rung):
+    plans, workload = engine_plans(name, rung)
     fast, general = worker(workload), worker(workload)
     for plan in plans:
         frame = wire.encode_body(MsgType.PLAN, plan)
@@ -242,7 +366,9 @@ def test_a_page_past_the_shard_fails_before_anything_is_sent_or_written():
 
 # -- 5. hostile columns ------------------------------------------------------------------------
 
-VALID = ExecutionPlan(7, (PlanItem("r0", 6, 3, 2, True, 1, (4, 5)), PlanItem("r1", 0, 4, 0, False, 0, (6,))))
+# r0 planned ahead after 2 drafts: its placements hold [4, 9) (page size 4).
+VALID = ExecutionPlan(7, (PlanItem("r0", 6, 3, 2, True, 1, (4, 5), 2),
+                          PlanItem("r1", 0, 4, 0, False, 0, (6,))))
 
 
 def refused_or_well_formed(kind: MsgType, frame: bytes):
@@ -254,6 +380,7 @@ def refused_or_well_formed(kind: MsgType, frame: bytes):
         for item in value.items:
             assert type(item.decode) is bool and min(item[1:4]) >= 0 and item.num_tokens >= 1
             assert item.verdict_index >= 0 and all(type(p) is int and p >= 0 for p in item.placements)
+            assert type(item.prior_drafts) is int and item.prior_drafts >= 0
     else:
         for o in value:
             assert min(o[1:4]) >= 0 and all(type(p) is int and p >= 0 for p in o.writes)
@@ -279,16 +406,20 @@ def test_every_int32_of_a_plan_and_a_result_set_hostile():
 
 
 @pytest.mark.parametrize("body,why", [
-    ((3, ("a",), i32(-1, 4, 0, 0, 0, 1), i32(0)), "negative start_position"),
-    ((3, ("a",), i32(0, 0, 0, 0, 0, 1), i32(0)), "no tokens"),
-    ((3, ("a",), i32(0, 4, -2, 0, 0, 1), i32(0)), "negative draft_len"),
-    ((3, ("a",), i32(0, 4, 0, 2, 0, 1), i32(0)), "neither 0 nor 1"),
-    ((3, ("a",), i32(0, 4, 0, 0, -1, 1), i32(0)), "negative verdict_index"),
-    ((3, ("a",), i32(0, 4, 0, 0, 0, 2), i32(0)), "claim 2 pages, the placements hold 1"),
-    ((3, ("a",), i32(0, 4, 0, 0, 0, 1), i32(-3)), "negative page id"),
-    ((3, ("a",), i32(0, 4, 0, 0, 0, 1), b"\x00\x00"), "2 bytes are no whole int32s"),
-    ((3, ("a", "b"), i32(0, 4, 0, 0, 0, 1), i32(0)), "24 bytes of columns for 2 items, want 48"),
-    ((3, ("a", 5), i32(0, 4, 0, 0, 0, 1) * 2, i32(0, 0)), "request id that is no string"),
+    ((3, ("a",), i32(-1, 4, 0, 0, 0, 1, 0), i32(0)), "negative start_position"),
+    ((3, ("a",), i32(0, 0, 0, 0, 0, 1, 0), i32(0)), "no tokens"),
+    ((3, ("a",), i32(0, 4, -2, 0, 0, 1, 0), i32(0)), "negative draft_len"),
+    ((3, ("a",), i32(0, 4, 0, 2, 0, 1, 0), i32(0)), "neither 0 nor 1"),
+    ((3, ("a",), i32(0, 4, 0, 0, -1, 1, 0), i32(0)), "negative verdict_index"),
+    ((3, ("a",), i32(0, 4, 0, 0, 0, 1, -1), i32(0)), "negative prior_drafts"),
+    ((3, ("a",), i32(0, 4, 0, 1, 1, 1, -(2**31)), i32(0)), "negative prior_drafts"),
+    ((3, ("a",), i32(0, 4, 0, 0, 0, 2, 0), i32(0)), "claim 2 pages, the placements hold 1"),
+    ((3, ("a",), i32(0, 4, 0, 0, 0, 1, 2), i32(0, 1)), "claim 1 pages, the placements hold 2"),
+    ((3, ("a",), i32(0, 4, 0, 0, 0, 1, 0), i32(-3)), "negative page id"),
+    ((3, ("a",), i32(0, 4, 0, 0, 0, 1, 0), b"\x00\x00"), "2 bytes are no whole int32s"),
+    ((3, ("a",), i32(0, 4, 0, 0, 0, 1), i32(0)), "24 bytes of columns for 1 items, want 28"),
+    ((3, ("a", "b"), i32(0, 4, 0, 0, 0, 1, 0), i32(0)), "28 bytes of columns for 2 items, want 56"),
+    ((3, ("a", 5), i32(0, 4, 0, 0, 0, 1, 0) * 2, i32(0, 0)), "request id that is no string"),
 ])
 def test_a_malformed_plan_says_what_is_wrong(body, why):
     with pytest.raises(WireError, match=why):
@@ -310,7 +441,7 @@ def test_a_malformed_result_says_what_is_wrong(body, why):
 
 
 def test_columns_longer_than_a_string_cross_whole():
-    """A column is one bin: a plan of 20 000 items (480 kB of columns) crosses whole."""
+    """A column is one bin: a plan of 20 000 items (560 kB of columns) crosses whole."""
     plan = ExecutionPlan(1, tuple(PlanItem(f"r{i}", i, 1, 0, True, 0, (i % 50,)) for i in range(20_000)))
     frame = wire.encode_body(MsgType.PLAN, plan)
     assert len(frame) > wire.MAX_STR_LEN and wire.decode_body(MsgType.PLAN, frame) == plan

@@ -39,7 +39,7 @@ nothing printed, one line on stderr, exit status 2. Events inspect does not know
     {"record": "plan", "step": K, "epoch": E, "bytes": B, "ranks": [R, ...], "items": N}
     {"record": "item", "step": K, "epoch": E, "index": I, "request_id": ID, "start_position": P,
      "num_tokens": N, "draft_len": D, "decode": true|false, "verdict_index": V,
-     "placements": [PAGE, ...]}   one per plan item
+     "placements": [PAGE, ...], "prior_drafts": D (not 0 only at rung overlap)}   one per plan item
     {"record": "result", "step": K, "epoch": E, "rank": R, "bytes": B or null,
      "outcomes": [{"request_id", "start_position", "executed_tokens", "accepted", "writes"},
      ...] or null, "undecodable": TEXT or null, "inside": [4 numbers] or null}
@@ -177,7 +177,7 @@ def _record(obj: Any) -> dict | None:
         body = obj.get("body")
         if not isinstance(body, dict) or not isinstance(body.get("items"), list):
             raise Malformed("PLAN message: body must be an object with a list of items")
-        msg["items"] = [_checked(it, ITEM, f"PLAN item {i}") for i, it in enumerate(body["items"])]
+        msg["items"] = [_item(it, f"PLAN item {i}") for i, it in enumerate(body["items"])]
     elif msg["type"] == "RESULT":
         msg["result"] = _result(obj)
     return msg
@@ -194,6 +194,16 @@ def _result(obj: dict) -> "Result":
         raise Malformed('RESULT message: body must be a list of outcomes or {"undecodable": TEXT}')
     return Result(obj["bytes"], [_checked(o, OUTCOME, f"RESULT outcome {i}") for i, o in enumerate(body)],
                   None, inside)
+
+
+def _item(obj: Any, what: str) -> dict:
+    """A plan item; `prior_drafts` 0 where the log has none (a log of protocol 2)."""
+    item = _checked(obj, ITEM, what)
+    prior = obj.get("prior_drafts", 0)
+    if not (_is_int(prior) and prior >= 0):
+        raise Malformed(f"{what}: prior_drafts must be an integer >= 0")
+    item["prior_drafts"] = prior
+    return item
 
 
 def _checked(obj: Any, fields: dict[str, Check], what: str) -> dict:
@@ -529,7 +539,10 @@ def _plan_table(items: list[dict], style: Style) -> list[str]:
     rows = [(str(i), _txt(it["request_id"]), str(it["start_position"]), str(it["num_tokens"]),
              str(it["draft_len"]), "yes" if it["decode"] else "no", str(it["verdict_index"]),
              _txt(it["placements"])) for i, it in enumerate(items)]
-    fmt = _aligned(header, rows, {0, 2, 3, 4, 6})
+    if any(it["prior_drafts"] for it in items):     # overlap: starts earlier by the drafts rejected
+        header = header[:7] + ("after drafts",) + header[7:]
+        rows = [r[:7] + (str(it["prior_drafts"] or ""),) + r[7:] for r, it in zip(rows, items)]
+    fmt = _aligned(header, rows, {0, 2, 3, 4, 6, 7} if len(header) == 9 else {0, 2, 3, 4, 6})
     return [PAD + style.dim(fmt(header))] + [PAD + fmt(r) for r in rows]
 
 

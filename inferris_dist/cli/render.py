@@ -114,6 +114,11 @@ def step_events(t: StepTrace, style: Style, limit: int | None = None) -> str:
         add("sample", [s(r) if v == "TOKEN" else f"{s(r)}:{v}" for r, v in t.sampled.items()])
     if t.finished:
         add("finish", [f"{s(r)}:{why}" for r, why in t.finished.items()], style.green)
+    if t.returned:                     # overlap: placeholders the next step assumed, given back
+        add("return", [f"{s(r)}:{n}" for r, n in t.returned.items()])
+    if t.discarded:                    # overlap: items planned from an EOS nobody could foresee
+        add("discard", [f"{s(r)}:{n}" for r, n in t.discarded.items()], style.yellow,
+            tokens=sum(t.discarded.values()))
     return "  ".join(parts)
 
 

@@ -8,7 +8,7 @@ string, array and map lengths; no ext types) and goes through the explicit
 table below: no pickle, no eval, no lookup of a class by name. Anything
 malformed is a `WireError`, which the receiver attributes to the sender.
 
-A PLAN and a RESULT are columnar (protocol 3): the request ids as a msgpack
+A PLAN and a RESULT are columnar (protocol 3, and 4): the request ids as a msgpack
 array of strings, every integer field as a column of little-endian int32 in
 one bin, and the page ids of all items concatenated in another:
 
@@ -40,8 +40,9 @@ import msgpack
 from inferris_dist.engine.messages import ExecutionPlan, ItemOutcome, PlanItem
 from inferris_dist.protocol.limits import MAX_STEP_COST_NS, MAX_TOKEN_COST_NS
 
-PROTOCOL_VERSION = 3   # 3: columnar PLAN and RESULT; 2: REFUSED tells any peer to exit, HELLO's proof
-#                        is empty for a CURVE-proven member
+PROTOCOL_VERSION = 4   # 4: a PLAN column prior_drafts, CONFIG an exec cost; 3: columnar PLAN and
+#                        RESULT; 2: REFUSED tells any peer to exit, HELLO's proof is empty for a
+#                        CURVE-proven member
 MAX_FRAME_BYTES = 64 << 20        # also the sockets' ZMQ_MAXMSGSIZE
 MAX_HEADER_BYTES = 256
 MAX_HELLO_BYTES = 256             # what an unauthenticated peer may make us decode
@@ -162,7 +163,8 @@ if _I32 is None:  # pragma: no cover - a host without a 4-byte C int or long
     raise ImportError("inferris_dist.protocol.wire needs a 4-byte array type for its int32 columns")
 _SWAP = sys.byteorder != "little"          # the columns are little-endian on every host
 _MAX_BIN = {MsgType.PLAN: MAX_FRAME_BYTES, MsgType.RESULT: MAX_FRAME_BYTES}   # columns: one bin each
-PLAN_COLUMNS = ("start_position", "num_tokens", "draft_len", "decode", "verdict_index", "num_pages")
+PLAN_COLUMNS = ("start_position", "num_tokens", "draft_len", "decode", "verdict_index", "num_pages",
+                "prior_drafts")
 RESULT_COLUMNS = ("start_position", "executed_tokens", "accepted", "num_writes")
 _BOOLS = (False, True)
 _STR = frozenset((str,))
@@ -221,8 +223,9 @@ def encode_plan(plan: ExecutionPlan) -> tuple[bytes, SentPlan]:
     step, items = plan
     if not items:
         return msgpack.packb((step, (), b"", b"")), SentPlan((), (), (), (), b"", b"")
-    ids, starts, counts, drafts, decodes, verdicts, placements = zip(*items)
-    cols = int32_bytes(chain(starts, counts, drafts, decodes, verdicts, map(len, placements)), 6 * len(ids))
+    ids, starts, counts, drafts, decodes, verdicts, placements, priors = zip(*items)
+    cols = int32_bytes(chain(starts, counts, drafts, decodes, verdicts, map(len, placements), priors),
+                       7 * len(ids))
     pages = int32_bytes(chain.from_iterable(placements))
     return (msgpack.packb((step, ids, cols, pages)),
             SentPlan(ids, starts, counts, placements, cols, pages))
@@ -236,6 +239,13 @@ def encode_result(outcomes: tuple[ItemOutcome, ...]) -> bytes:
                           int32_bytes(chain.from_iterable(writes))))
 
 
+def encode_result_columns(ids, starts, executed, accepted, num_writes, writes) -> bytes:
+    """`encode_result` from columns (a rank that placed items itself: overlap scheduling)."""
+    n = len(ids)
+    return msgpack.packb((ids, int32_bytes(chain(starts, executed, accepted, num_writes), 4 * n),
+                          int32_bytes(writes)))
+
+
 def encode_result_of(plan: PlanColumns, accepted) -> bytes:
     """An honest rank's RESULT, from the plan's own bytes: its starts, its token counts as
     executed, `accepted` (one per item), its placements as the writes. The same bytes as
@@ -244,7 +254,7 @@ def encode_result_of(plan: PlanColumns, accepted) -> bytes:
     raw = plan.raw_cols
     if len(accepted) != n:
         raise ValueError(f"{len(accepted)} verdicts for {n} items")
-    return msgpack.packb((plan.request_ids, raw[:8 * n] + int32_bytes(accepted, n) + raw[20 * n:],
+    return msgpack.packb((plan.request_ids, raw[:8 * n] + int32_bytes(accepted, n) + raw[20 * n:24 * n],
                           plan.raw_pages))
 
 
@@ -274,8 +284,8 @@ def _plan_columns(body) -> PlanColumns:
     step, ids, raw_cols, raw_pages = body
     n = len(ids)
     _ids(ids, "plan")
-    if len(raw_cols) != 24 * n:
-        raise WireError(f"malformed plan: {len(raw_cols)} bytes of columns for {n} items, want {24 * n}")
+    if len(raw_cols) != 28 * n:
+        raise WireError(f"malformed plan: {len(raw_cols)} bytes of columns for {n} items, want {28 * n}")
     cols = int32_column(raw_cols, "plan columns")
     pages = int32_column(raw_pages, "placements")
     _nonnegative(raw_cols, cols, PLAN_COLUMNS, "plan")
@@ -283,8 +293,8 @@ def _plan_columns(body) -> PlanColumns:
         raise WireError("malformed plan: an item of no tokens")
     if n and max(cols[3 * n:4 * n]) > 1:
         raise WireError("malformed plan: a decode flag that is neither 0 nor 1")
-    if sum(cols[5 * n:]) != len(pages):
-        raise WireError(f"malformed plan: the items claim {sum(cols[5 * n:])} pages, "
+    if sum(cols[5 * n:6 * n]) != len(pages):
+        raise WireError(f"malformed plan: the items claim {sum(cols[5 * n:6 * n])} pages, "
                         f"the placements hold {len(pages)}")
     if not raw_pages[3::4].isascii():
         raise WireError("malformed placements: a negative page id")
@@ -305,7 +315,7 @@ def plan_of(columns: PlanColumns) -> ExecutionPlan:
     if not n:
         return ExecutionPlan(columns.step, ())
     c = [cols[k * n:(k + 1) * n] for k in range(len(PLAN_COLUMNS))]
-    items = zip(ids, c[0], c[1], c[2], map(_BOOLS.__getitem__, c[3]), c[4], _split(columns.pages, c[5]))
+    items = zip(ids, c[0], c[1], c[2], map(_BOOLS.__getitem__, c[3]), c[4], _split(columns.pages, c[5]), c[6])
     return ExecutionPlan(columns.step, tuple(map(PlanItem._make, items)))
 
 
@@ -348,7 +358,7 @@ def _outcomes(body, sent: SentPlan | None = None) -> tuple[ItemOutcome, ...]:
         return ()
     accepted = cols[2 * n:3 * n]
     if (sent is not None and raw_writes == sent.raw_pages and ids == sent.request_ids
-            and raw_cols[:8 * n] == sent.raw_cols[:8 * n] and raw_cols[12 * n:] == sent.raw_cols[20 * n:]):
+            and raw_cols[:8 * n] == sent.raw_cols[:8 * n] and raw_cols[12 * n:] == sent.raw_cols[20 * n:24 * n]):
         return tuple(map(ItemOutcome._make, zip(sent.request_ids, sent.starts, sent.counts, accepted,
                                                 sent.placements)))
     return tuple(map(ItemOutcome._make, zip(ids, cols[:n], cols[n:2 * n], accepted,

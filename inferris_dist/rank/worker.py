@@ -245,25 +245,33 @@ class Worker:
         pages = plan.pages
         if pages and max(pages) >= self.num_pages:
             raise ValueError(f"page {max(pages)} is outside the shard's {self.num_pages} pages")
+        ids, cols = plan.request_ids, plan.cols
+        n = len(ids)
         if firing:
             return self.answer_with_faults(firing, wire.plan_of(plan))
         executor = self.executor
-        ids, cols = plan.request_ids, plan.cols
-        n = len(ids)
-        counts = cols[n:2 * n]
-        accepted = executor.accepted(ids, counts, cols[3 * n:4 * n], cols[4 * n:5 * n])
+        counts, indexes = cols[n:2 * n], cols[4 * n:5 * n]
+        accepted = executor.accepted(ids, counts, cols[3 * n:4 * n], indexes)
+        starts, num_pages = cols[:n], cols[5 * n:6 * n]
+        if n and max(cols[6 * n:]):        # items planned ahead (overlap): placed by earlier verdicts
+            starts, num_pages, pages = executor.place_columns(ids, starts, counts, indexes, num_pages,
+                                                              cols[6 * n:], pages)
+            body = wire.encode_result_columns(ids, starts, counts, accepted, num_pages, pages)
+        else:
+            body = wire.encode_result_of(plan, accepted)
         if self.exec_cost:
             self.model_time(sum(counts))
         executed = time.monotonic()
-        frames = [wire.encode_header(MsgType.RESULT, self.epoch, plan.step, self.rank, self.world_size),
-                  wire.encode_result_of(plan, accepted)]
+        frames = [wire.encode_header(MsgType.RESULT, self.epoch, plan.step, self.rank, self.world_size), body]
         if self.timing:
             frames.append(wire.encode_timing((*self.times, executed, time.monotonic())))
         self.sock.send_multipart(frames)
         self.faults.previous = frames
-        executor.apply_columns(ids, cols[:n], counts, cols[5 * n:], pages)
+        executor.apply_columns(ids, starts, counts, num_pages, pages)
 
     def answer_with_faults(self, firing: dict, plan) -> None:
+        """The general way, through items and outcomes (`firing` may be empty: a plan with
+        items planned ahead, which the rank places by its own earlier verdicts)."""
         outcomes = self.executor.verdicts(plan).outcomes
         if self.exec_cost:
             self.model_time(sum(item.num_tokens for item in plan.items))

@@ -1,0 +1,80 @@
+"""Overlap scheduling against a model's time: the serving workload on N worker processes whose
+ranks each take --exec-cost to execute a step, at rung `full` and at rung `overlap`.
+
+    python examples/bench_overlap.py [--requests 300] [--world-size 4] [--costs 0,0.5,1,2] [--repeat 3]
+
+For each exec cost, the two rungs run interleaved `--repeat` times (the workers started once per
+run, outside the timing): the run loop's wall time (the best, and the median), steps per
+second, and the tokens of work discarded at `overlap`. The ratio is overlap / full of the best
+wall times. Every run's trace is checked against `run` in process: the figures are of runs
+that printed the right bytes.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from serving import serving_workload  # noqa: E402
+
+from inferris_dist import launch  # noqa: E402
+from inferris_dist.engine import Engine, load_workload, trace_json_lines  # noqa: E402
+from inferris_dist.protocol.limits import parse_exec_cost  # noqa: E402
+
+RUNGS = ("full", "overlap")
+
+
+def one_run(workload, rung: str, cost, reference: list[str]) -> tuple[float, int, int]:
+    """(run loop seconds, steps, tokens discarded) of one launch; the trace must be `reference`."""
+    with launch(workload, rung=rung, exec_cost=cost, step_timeout=60) as engine:
+        started = time.perf_counter()
+        lines = list(trace_json_lines(engine))
+        took = time.perf_counter() - started
+    if lines != reference:
+        raise SystemExit(f"rung {rung}, exec cost {cost}: the trace differs from run in process")
+    steps = len(lines) - 1
+    discarded = 0
+    if rung == "overlap":
+        engine_lines = Engine(workload, rung=rung)
+        discarded = sum(sum(t.discarded.values()) for t in engine_lines.run())
+    return took, steps, discarded
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--world-size", type=int, default=4)
+    ap.add_argument("--costs", default="0,0.5,1,2", help="exec costs in ms per step, comma-separated")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    workload = load_workload(serving_workload(args.requests, world_size=args.world_size))
+    reference = {rung: list(trace_json_lines(Engine(workload, rung=rung))) for rung in RUNGS}
+    print(f"serving workload: {args.requests} requests, world size {args.world_size}, "
+          f"{args.repeat} interleaved runs per rung and cost (run loop only, workers already up)")
+    header = (f"{'exec cost':>9}  {'rung':<8} {'steps':>5} {'best s':>7} {'median s':>8} "
+              f"{'steps/s':>7} {'discarded':>9}  overlap/full")
+    print(header)
+    for ms in args.costs.split(","):
+        cost = parse_exec_cost(f"{float(ms) * 1000:g}us")
+        times: dict[str, list[float]] = {r: [] for r in RUNGS}
+        steps, discarded = {}, {}
+        for _ in range(args.repeat):
+            for rung in RUNGS:
+                took, steps[rung], discarded[rung] = one_run(workload, rung, cost, reference[rung])
+                times[rung].append(took)
+        best = {r: min(times[r]) for r in RUNGS}
+        for rung in RUNGS:
+            ratio = f"{best['overlap'] / best['full']:.2f}x" if rung == "overlap" else ""
+            print(f"{ms + ' ms':>9}  {rung:<8} {steps[rung]:>5} {best[rung]:>7.3f} "
+                  f"{statistics.median(times[rung]):>8.3f} {steps[rung] / best[rung]:>7.0f} "
+                  f"{discarded[rung]:>9}  {ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
