@@ -13,13 +13,17 @@ per request k scheduled (`assume`):
   so the budget gives it nothing). If drafts are rejected it runs again at
   k+2; no work is wasted either way.
 
-An EOS cannot be foreseen and a verdict cannot be known: when k's result
-commits (`reconcile`), a request whose real state differs from what k+1
-assumed (drafts rejected, or an EOS) gives its placeholders back, and its
-item in k+1, planned from a state that never existed, is *discarded*: the
-ranks execute it, nothing of it commits. A step planned ahead never preempts
-(residency.AHEAD_RELIEFS), so no request loses an item in flight to a
-preemption: only a wrong assumption discards work.
+A verdict cannot be known when k+1 is planned, but the ranks know it when they
+run k+1: an item planned after d assumed drafts carries `prior_drafts = d`,
+its placements cover every start it could have, and each rank starts it as
+many positions earlier as it rejected of those drafts (rank.RankExecutor.where);
+the control plane learns the same number from k's result and checks the
+shifted start and pages at the next commit (boundary.validate). An EOS cannot
+be foreseen at all: when k's result commits (`reconcile`), a request that
+finished by EOS gives its placeholders back and its item in k+1, planned from
+a state that never existed, is *discarded*: the ranks execute it, nothing of
+it commits. A step planned ahead never preempts (residency.AHEAD_RELIEFS), so
+no request loses an item in flight to a preemption: only an EOS discards work.
 
 Pages. A page freed while a plan in flight may still write it (the pages of
 a finished, preempted or rolled-back request that k+1 placed on) is held

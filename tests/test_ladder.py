@@ -147,8 +147,10 @@ def test_ladder_command_default_shows_every_mechanism_changing_the_outcome():
     assert by["08c"]["reused"] > 0 and by["full"]["steps"] < by["08c"]["steps"]   # reuse; speculation
     drafting = ("full", "overlap")
     assert by["full"]["drafted"] > 0 and all(by[r]["drafted"] == 0 for r in NAMES if r not in drafting)
-    # overlap: the same requests finish; a step planned ahead of a wrong assumption is discarded
-    assert by["overlap"]["finished"] == by["full"]["finished"] and by["overlap"]["discarded"] > 0
+    # overlap: the same requests finish, at a different pace (planned ahead of their results:
+    # a request taken as finished waits a step, a step ahead defers what it cannot place)
+    assert by["overlap"]["finished"] == by["full"]["finished"]
+    assert by["overlap"]["steps"] != by["full"]["steps"]
     assert all(by[r]["discarded"] == 0 for r in NAMES if r != "overlap")
 
 

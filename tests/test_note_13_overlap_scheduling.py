@@ -1,6 +1,7 @@
 """Note 13, overlap scheduling (docs/mechanisms/13-overlap-scheduling.md), beyond the original
-design: its invariants overlap-scheduling/1 to /9, pinned by running engines at rung `overlap`
-behind an executor that records every plan submitted and the order of submits and collects.
+design: its invariants overlap-scheduling/1 to /10, pinned by running engines at rung `overlap`
+behind an executor that records every plan submitted, every result collected and the order of
+submits and collects.
 In process only; the last tests show SPEC's OutOfPages hazard, which overlap's schedule can reach
 where full's does not (strict xfail)."""
 from __future__ import annotations
@@ -18,14 +19,16 @@ from invariants import GOLDEN_NAMES, PROPERTY, as_workload, workloads
 
 from inferris_dist.cli import main as cli
 from inferris_dist.engine import (
+    BoundaryViolation,
     Engine,
     EngineError,
     LocalGroup,
     load_workload,
-    overlap,
     pages_needed,
     trace_dicts,
 )
+from inferris_dist.engine.boundary import validate
+from inferris_dist.engine.messages import shifted_span
 from inferris_dist.engine.rungs import NAMES
 
 pytestmark = pytest.mark.timeout(60)
@@ -38,12 +41,14 @@ def spec_dict(name: str) -> dict:
 
 
 class Recorder:
-    """A LocalGroup that logs what crosses: the plans by step, submits and collects in order,
-    and the plans still in flight. `on_submit(rec, plan)` runs before a plan goes out."""
+    """A LocalGroup that logs what crosses: the plans and the results by step, submits and
+    collects in order, and the plans still in flight. `on_submit(rec, plan)` runs before a plan
+    goes out."""
 
     def __init__(self, workload, on_submit=None):
         self.group = LocalGroup(as_workload(workload))
         self.plans: dict[int, object] = {}
+        self.results: dict[int, object] = {}
         self.events: list[tuple[str, int]] = []
         self.in_flight: list = []
         self.on_submit = on_submit
@@ -63,7 +68,8 @@ class Recorder:
     def collect(self, plan):
         self.events.append(("collect", plan.step))
         self.in_flight.remove(plan)
-        return self.group.collect(plan)
+        self.results[plan.step] = result = self.group.collect(plan)
+        return result
 
     def planned_ahead(self) -> set[int]:
         """Steps whose plan went out while the step before was still in flight."""
@@ -82,9 +88,9 @@ class Recorder:
         return {k for k in self.planned_ahead() if self.plans[k - 1].items}
 
 
-def run_overlap(workload, on_submit=None, after=None):
+def run_overlap(workload, on_submit=None, after=None, recorder=Recorder):
     """An overlap engine behind a Recorder, run to its end: (recorder, engine, traces, error)."""
-    rec = Recorder(workload, on_submit)
+    rec = recorder(workload, on_submit)
     eng = Engine(workload, rec, rung="overlap")
     rec.eng = eng
     traces, error = [], None
@@ -248,8 +254,10 @@ def test_pages_in_flight_on_tight_pools(w):
 
 @pytest.mark.invariant("overlap-scheduling/2")
 def test_a_page_rolled_back_under_a_plan_in_flight_is_held_until_it_lands():
-    # speculative: s1's drafts at step 1 are rejected; its pages past the frontier are placed
-    # by step 2's plan (in flight); they come back only once step 2 has landed.
+    # speculative, step 2: s0's 4 drafts are all rejected, so its item at step 3 (planned at 15,
+    # prior_drafts 4, placements on pages 3 and 5) runs at 11, on page 3 alone: page 5 is freed
+    # at step 2's commit, and s1 (EOS) frees page 6, which its discarded item at 3 writes. Both
+    # are held while step 3 is in flight and come back only once it has landed.
     seen = []
 
     def after(rec, eng, t):
@@ -258,12 +266,13 @@ def test_a_page_rolled_back_under_a_plan_in_flight_is_held_until_it_lands():
             assert not {p for ps in eng.pool.held.values() for p in ps} & set(eng.pool.free_pages())
 
     run_overlap(spec_dict("speculative"), after=after)
-    assert seen and all(set(held) == {step + 1} for step, held in seen), seen
+    assert seen == [(2, {3: [5, 6]})], seen
 
 
 # -- 3 and 4: placeholders and discarded work ----------------------------------------------
 
 def check_accounting(rec, traces) -> None:
+    ahead = rec.planned_ahead()
     prev = None
     for t in traces:
         plan = rec.plans.get(t.step)
@@ -274,18 +283,16 @@ def check_accounting(rec, traces) -> None:
             assert t.returned.get(rid, 0) == want, (t.step, rid, t.returned, want)
         for rid in t.returned:
             assert rid in t.executed, (t.step, rid)       # in process nothing is preempted in flight
-        # 4: discarded = the whole item, only after a verdict or an EOS that differed
+        # 4: discarded = the whole item, if and only if its request finished by EOS the step before
         assert set(t.discarded) <= set(items) and not set(t.discarded) & set(t.executed)
         assert set(t.executed) | set(t.discarded) == set(items)
+        finished_before = {}
+        if prev is not None and prev.step == t.step - 1 and t.step in ahead:
+            finished_before = {rid: why for rid, why in prev.finished.items() if rid in items}
+        assert set(t.discarded) == set(finished_before), (t.step, t.discarded, finished_before)
+        assert set(finished_before.values()) <= {"EOS"}, (t.step, finished_before)  # LENGTH: not planned
         for rid, n in t.discarded.items():
-            assert n == items[rid].num_tokens
-            assert prev is not None and prev.step == t.step - 1 and rid in prev.executed, (t.step, rid)
-            assert prev.rolled_back.get(rid, 0) > 0 or prev.sampled.get(rid) == "EOS", (t.step, rid)
-            assert rid not in prev.discarded
-        if prev is not None and prev.step == t.step - 1 and t.step in rec.planned_ahead():
-            for rid in prev.returned:               # and every item planned from a false state goes
-                if rid in items:
-                    assert rid in t.discarded, (t.step, rid)
+            assert n == items[rid].num_tokens, (t.step, rid)
         prev = t
 
 
@@ -304,6 +311,150 @@ def test_accounting_on_golden_workloads(name):
 def test_accounting_on_tight_pools(w):
     rec, _, traces, _ = run_overlap(w)
     check_accounting(rec, traces)
+
+
+# -- 10: an item planned ahead starts where its request really is --------------------------
+
+def page_size_of(rec) -> int:
+    return rec.group.ranks[0].shard.page_size
+
+
+def real_span(rec, step: int, item) -> tuple[int, tuple[int, ...]]:
+    """Where an item of `step` really runs, by the recorded result of the step before: moved back
+    by the drafts rejected there, on those of its placements that hold [start, start + n)."""
+    rejected = 0
+    if item.prior_drafts:
+        before = {o.request_id: o for o in rec.results[step - 1].outcomes}[item.request_id]
+        rejected = item.prior_drafts - before.accepted
+    start, ps = item.start_position - rejected, page_size_of(rec)
+    first = (item.start_position - item.prior_drafts) // ps
+    return start, item.placements[start // ps - first:(start + item.num_tokens - 1) // ps - first + 1]
+
+
+def check_shifts(rec) -> int:
+    """Every plan: an item carries the drafts of its request's decode item in the step before
+    iff it was planned ahead of it, and its placements cover [start - prior_drafts, start + n);
+    every rank and the joined result run it at its real span. Returns how many items moved."""
+    ps, ahead, moved = page_size_of(rec), rec.planned_ahead(), 0
+    for step, plan in sorted(rec.plans.items()):
+        before = {i.request_id: i for i in rec.plans[step - 1].items} if step in ahead else {}
+        outcomes = {o.request_id: o for o in rec.results[step].outcomes} if step in rec.results else {}
+        for item in plan.items:
+            prev = before.get(item.request_id)
+            want = prev.num_tokens - 1 if prev is not None and prev.decode else 0
+            assert item.prior_drafts == want, (step, item, prev)
+            lo, hi = item.start_position - item.prior_drafts, item.start_position + item.num_tokens
+            assert len(item.placements) == (hi - 1) // ps - lo // ps + 1, (step, item)
+            if item.request_id not in outcomes:
+                continue
+            start, pages = real_span(rec, step, item)
+            got = outcomes[item.request_id]
+            assert (got.start_position, got.writes) == (start, pages), (step, item, got)
+            for rank in rec.group.ranks:
+                assert rank.where(item) == (start, pages), (step, rank.rank, item)
+            moved += start != item.start_position
+    return moved
+
+
+def real_computed(req) -> int:
+    """The committed frontier (while a step is in flight, `computed` is the assumed one)."""
+    return req.computed if req.assumed is None else req.assumed.computed
+
+
+def kept_and_committed(rec, eng, t) -> None:
+    """After the commit of k: an item of k planned with a prior committed at its real start (the
+    frontier is start + n - rolled back); a request whose item of k+1 is in flight is on its
+    real frontier, where that item starts, and keeps exactly the pages up to that item's end."""
+    ps, by_id = page_size_of(rec), {r.request_id: r for r in eng.requests}
+    committed = rec.plans.get(t.step)                               # none: an idle step
+    for item in committed.items if committed is not None else ():
+        req = by_id[item.request_id]
+        if item.prior_drafts and item.request_id in t.executed and req.finish_reason is None:
+            start, _ = real_span(rec, t.step, item)
+            want = start + item.num_tokens - t.rolled_back.get(item.request_id, 0)
+            assert real_computed(req) == want, (t.step, item, real_computed(req))
+    for plan in rec.in_flight:
+        assert plan.step == t.step + 1
+        for item in plan.items:
+            req = by_id[item.request_id]
+            if req.finish_reason is not None:
+                continue                                             # finished: discarded
+            start, pages = real_span(rec, plan.step, item)
+            end = start + item.num_tokens
+            assert real_computed(req) == start, (plan.step, item, real_computed(req))
+            assert tuple(req.page_table[start // ps:(end - 1) // ps + 1]) == pages, (plan.step, item)
+            assert len(req.page_table) == pages_needed(end, ps), (plan.step, item, req.page_table)
+
+
+def check_shift_run(w) -> int:
+    rec, _, _, _ = run_overlap(w, after=kept_and_committed)
+    return check_shifts(rec)
+
+
+@pytest.mark.invariant("overlap-scheduling/10")
+@pytest.mark.parametrize("name", GOLDEN_NAMES)
+def test_items_planned_ahead_run_at_their_real_start_on_golden_workloads(name):
+    moved = check_shift_run(spec_dict(name))
+    if name == "speculative":
+        # s1 at step 2 (1 of 4 rejected) and s0 at 3 (4 of 4). s1 at 3 stays: the verdict accepts
+        # its 2 drafts at 2 (the ranks' raw verdict; EOS cuts them, so that item is discarded).
+        assert moved == 2
+
+
+@pytest.mark.invariant("overlap-scheduling/10")
+@FEW
+@given(w=tight())
+def test_items_planned_ahead_run_at_their_real_start_on_tight_pools(w):
+    check_shift_run(w)
+
+
+def unshifted(item, o, ps):        # where planned, as if every draft before had been accepted
+    return o._replace(start_position=item.start_position, writes=shifted_span(item, 0, ps)[1])
+
+
+def every_placement(item, o, ps):  # the right start, but writing every page the plan names
+    return o._replace(writes=item.placements)
+
+
+def shifted_anyway(item, o, ps):   # one position earlier than the verdict says
+    return o._replace(start_position=o.start_position - 1,
+                      writes=shifted_span(item, item.start_position - o.start_position + 1, ps)[1])
+
+
+class Lying(Recorder):
+    """Every rank's joined result, with the outcome of each item planned after drafts told by
+    `lie`."""
+    lie = staticmethod(unshifted)
+
+    def collect(self, plan):
+        result = super().collect(plan)
+        ps = page_size_of(self)
+        return result._replace(outcomes=tuple(self.lie(item, o, ps) if item.prior_drafts else o
+                                              for item, o in zip(plan.items, result.outcomes)))
+
+
+@pytest.mark.invariant("overlap-scheduling/10")
+@pytest.mark.parametrize("lie", [unshifted, every_placement, shifted_anyway], ids=lambda f: f.__name__)
+def test_a_rank_that_lies_about_the_shift_is_a_boundary_violation(lie):
+    # speculative, step 2, the first with priors: s0 (4 drafts before, all accepted) runs at 10,
+    # s1 (4 drafts before, 1 rejected) at 7 instead of 8.
+    liar = type("Liar", (Lying,), {"lie": staticmethod(lie)})
+    _, _, traces, error = run_overlap(spec_dict("speculative"), recorder=liar)
+    assert isinstance(error, BoundaryViolation) and error.step == 2, error
+    assert [t.step for t in traces] == [0, 1]
+
+
+@pytest.mark.invariant("overlap-scheduling/10")
+def test_validate_takes_only_the_shifted_start():
+    rec, _, _, _ = run_overlap(spec_dict("speculative"))
+    plan, result, ps = rec.plans[2], rec.results[2], page_size_of(rec)
+    shifts = {"s0": 0, "s1": 1}
+    validate(plan, result, shifts, ps)
+    lied = result._replace(outcomes=tuple(unshifted(i, o, ps) for i, o in zip(plan.items, result.outcomes)))
+    with pytest.raises(BoundaryViolation):
+        validate(plan, lied, shifts, ps)
+    with pytest.raises(BoundaryViolation):                   # the honest result, expected unshifted
+        validate(plan, result, {"s0": 0, "s1": 0}, ps)
 
 
 # -- 5: the same outcomes as full ----------------------------------------------------------
@@ -437,7 +588,8 @@ def check_taken_as_finished(w) -> int:
             rid = item.request_id
             if not item.decode or k - 1 not in by_step or rid in by_step[k - 1].discarded:
                 continue                                # a discarded item is assumed nothing
-            generated = item.start_position - prompt[rid] + 1          # decoding: on its frontier
+            start, _ = real_span(rec, k - 1, item)              # planned ahead: where it really ran
+            generated = start - prompt[rid] + 1                          # decoding: on its frontier
             if generated + item.num_tokens >= max_new[rid]:             # all drafts and a TOKEN
                 seen += 1
                 assert rid not in {i.request_id for i in rec.plans[k].items}, (k, rid)
@@ -466,8 +618,7 @@ def test_taken_as_finished_on_tight_pools(w):
 # name -> (steps, {step: (discarded, returned)} for every step where either is not empty)
 FIGURES = {
     "demo": (6, {4: ({}, {"r2": 2})}),
-    "speculative": (6, {1: ({}, {"s1": 1}), 2: ({"s1": 3}, {"s0": 4}), 3: ({"s0": 1}, {"s1": 4}),
-                        4: ({}, {"s0": 2})}),
+    "speculative": (5, {1: ({}, {"s1": 1}), 2: ({}, {"s0": 4, "s1": 3}), 3: ({"s1": 1}, {})}),
     "eos_immediate": (3, {0: ({}, {"mute": 1}), 1: ({"mute": 3}, {"one": 3}), 2: ({"one": 1}, {})}),
     "preemption": (13, {}),              # pressure, but no verdict or EOS that differs
     "cache_eviction": (9, {}),
@@ -532,7 +683,8 @@ def test_full_reaches_out_of_pages_with_an_anchor_that_fits_the_pool():
         "error": "OutOfPages", "message": "no request left to preempt for 1 pages (0 free)", "step": 5}
 
 
-@pytest.mark.xfail(strict=True, reason="the hazard above, reached by overlap's schedule where full's misses it")
+@pytest.mark.xfail(strict=True,
+                   reason="the hazard above, reached by overlap's schedule where full's misses it")
 def test_out_of_pages_where_full_finishes():
     # Every request alone fits the 11 pages; full finishes all, overlap ends OutOfPages at step 5:
     # page 0 is the cache node above r2's mapped chain (test above).

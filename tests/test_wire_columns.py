@@ -42,6 +42,10 @@ PAGE = st.integers(0, INT32)
 PLAN_ITEMS = st.builds(PlanItem, IDS, st.integers(0, INT32), st.integers(1, INT32), st.integers(0, INT32),
                        st.booleans(), st.integers(0, INT32), st.lists(PAGE, max_size=6).map(tuple),
                        st.one_of(st.just(0), st.integers(0, INT32)))
+# An item planned ahead (prior_drafts > 0) is a decode with a verdict before it, and its start
+# leaves room for its prior drafts: the decoder refuses any other (see test_an_item_ahead_...).
+PLAN_ITEMS = PLAN_ITEMS.map(lambda i: i if not i.prior_drafts else i._replace(
+    decode=True, verdict_index=max(i.verdict_index, 1), start_position=max(i.start_position, i.prior_drafts)))
 PLANS = st.builds(ExecutionPlan, st.integers(-(2**63), 2**64 - 1),
                   st.lists(PLAN_ITEMS, max_size=12).map(tuple))
 OUTCOMES = st.lists(st.builds(ItemOutcome, IDS, st.integers(0, INT32), st.integers(0, INT32),
@@ -69,6 +73,15 @@ def test_any_valid_plan_roundtrips(plan):
     assert len(columns.cols) == 7 * n and len(columns.raw_cols) == 28 * n
     assert columns.column("decode").tolist() == [int(i.decode) for i in plan.items]
     assert columns.column("prior_drafts").tolist() == [i.prior_drafts for i in plan.items]
+
+
+@pytest.mark.parametrize("item", [PlanItem("a", 9, 3, 2, False, 4, (1, 2), 3),     # no decode
+                                  PlanItem("a", 9, 3, 2, True, 0, (1, 2), 3),      # no verdict before
+                                  PlanItem("a", 2, 1, 0, True, 1, (0, 1), 3)])     # starts before 0
+def test_an_item_ahead_that_cannot_be_is_refused(item):
+    frame = wire.encode_body(MsgType.PLAN, ExecutionPlan(4, (PlanItem("b", 0, 2, 0, False, 0, (7,)), item)))
+    with pytest.raises(WireError, match="item 1 follows 3 drafts"):
+        wire.decode_plan_columns(frame)
 
 
 def test_a_plan_with_prior_drafts_roundtrips():
@@ -189,7 +202,7 @@ def ahead_plans(draw):
         start, n = draw(st.integers(prior, 300)), draw(st.integers(1, 9))
         k = (start + n - 1) // page_size - (start - prior) // page_size + 1
         rid = draw(st.sampled_from(["a", "b", "c", "", "ü"]))
-        items.append(PlanItem(rid, start, n, draw(st.integers(0, 8)), draw(st.booleans()),
+        items.append(PlanItem(rid, start, n, draw(st.integers(0, 8)), draw(st.booleans()) or prior > 0,
                               draw(st.integers(1 if prior else 0, 5)),
                               tuple(draw(st.lists(st.integers(0, 15), min_size=k, max_size=k))), prior))
     return page_size, ExecutionPlan(draw(st.integers(0, 99)), tuple(items))

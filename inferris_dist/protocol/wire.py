@@ -298,7 +298,19 @@ def _plan_columns(body) -> PlanColumns:
                         f"the placements hold {len(pages)}")
     if not raw_pages[3::4].isascii():
         raise WireError("malformed placements: a negative page id")
+    if n and max(cols[6 * n:]):
+        _items_ahead(cols, n)
     return PlanColumns(step, ids, cols, pages, raw_cols, raw_pages)
+
+
+def _items_ahead(cols: array, n: int) -> None:
+    """An item planned after `prior_drafts` drafts (overlap) is a decode whose request has a
+    verdict before this one, and can start no earlier than position 0."""
+    for i in range(n):
+        prior = cols[6 * n + i]
+        if prior and (not cols[3 * n + i] or cols[4 * n + i] < 1 or prior > cols[i]):
+            raise WireError(f"malformed plan: item {i} follows {prior} drafts but is no decode with a "
+                            f"verdict before it, or would start before position 0")
 
 
 def _split(values: array, counts: array) -> list[tuple[int, ...]]:
