@@ -59,8 +59,9 @@ def validate(plan: ExecutionPlan, result: ExecutionResult, shifts: dict[str, int
 
 def _where(item: PlanItem, shifts: dict[str, int], page_size: int) -> PlanItem:
     """The item as the ranks must run it: started earlier by its request's drafts rejected."""
-    start, pages = shifted_span(item, shifts.get(item.request_id, 0), page_size)
-    return item._replace(start_position=start, placements=pages)
+    rid, _, n, draft_len, decode, index, _, prior = item
+    start, pages = shifted_span(item, shifts.get(rid, 0), page_size)
+    return PlanItem(rid, start, n, draft_len, decode, index, pages, prior)
 
 
 def _pages(pages) -> str:
