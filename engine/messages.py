@@ -61,7 +61,8 @@ def shifted_span(item: PlanItem, rejected: int, page_size: int) -> tuple[int, tu
     `rejected` of them were rejected: its start and the pages of its placements it writes."""
     start = item.start_position - rejected
     first = (item.start_position - item.prior_drafts) // page_size
-    return start, item.placements[start // page_size - first:(start + item.num_tokens - 1) // page_size - first + 1]
+    last = (start + item.num_tokens - 1) // page_size
+    return start, item.placements[start // page_size - first:last - first + 1]
 
 
 def placement_pages(start: int, num_tokens: int, page_table: list[int], page_size: int) -> tuple[int, ...]:

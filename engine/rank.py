@@ -57,7 +57,8 @@ class RankExecutor:
         if not item.prior_drafts:
             return item.start_position, item.placements
         drafted = item.prior_drafts
-        rejected = drafted - verdict(self.accept_scripts.get(item.request_id), item.verdict_index - 1, drafted)
+        script = self.accept_scripts.get(item.request_id)
+        rejected = drafted - verdict(script, item.verdict_index - 1, drafted)
         return shifted_span(item, rejected, self.shard.page_size)
 
     # The same two, over a plan's columns (a rank on processes gets its plan as columns and

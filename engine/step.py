@@ -297,7 +297,8 @@ class Engine:
         stands, started as much earlier (the ranks know by how much; the next commit checks)."""
         voided, ahead = prepared.voided, self._ahead
         if ahead is not None:
-            self._reserved = {req.request_id: n for req, n, _ in ahead.work if req.request_id not in ahead.voided}
+            self._reserved = {req.request_id: n for req, n, _ in ahead.work
+                              if req.request_id not in ahead.voided}
         work, outcomes, assumed = [], [], []
         for entry, outcome in zip(prepared.work, result.outcomes):
             if entry[0].request_id not in voided:

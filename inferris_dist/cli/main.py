@@ -150,8 +150,8 @@ def build_parser() -> Parser:
                          "one table of what each mechanism buys")
     add_workload_flags(lad)
     lad.add_argument("--json", action="store_true", help="one JSON object per rung")
-    me = sub.add_parser("mechs", help="the mechanisms (twelve, and one beyond the original), where they live; `mechs NAME` prints "
-                        "one's note")
+    me = sub.add_parser("mechs", help="the mechanisms (twelve, and one beyond the original), where they "
+                        "live; `mechs NAME` prints one's note")
     me.add_argument("name", nargs="?", metavar="NAME", help="a mechanism: number, slug or name")
     la = sub.add_parser("launch", help="run a workload with its ranks on real worker processes",
                         epilog=WORKLOAD_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)

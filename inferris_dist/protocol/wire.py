@@ -370,7 +370,8 @@ def _outcomes(body, sent: SentPlan | None = None) -> tuple[ItemOutcome, ...]:
         return ()
     accepted = cols[2 * n:3 * n]
     if (sent is not None and raw_writes == sent.raw_pages and ids == sent.request_ids
-            and raw_cols[:8 * n] == sent.raw_cols[:8 * n] and raw_cols[12 * n:] == sent.raw_cols[20 * n:24 * n]):
+            and raw_cols[:8 * n] == sent.raw_cols[:8 * n]
+            and raw_cols[12 * n:] == sent.raw_cols[20 * n:24 * n]):
         return tuple(map(ItemOutcome._make, zip(sent.request_ids, sent.starts, sent.counts, accepted,
                                                 sent.placements)))
     return tuple(map(ItemOutcome._make, zip(ids, cols[:n], cols[n:2 * n], accepted,
