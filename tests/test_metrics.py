@@ -340,3 +340,25 @@ def test_an_idle_stretch_of_200000_steps_stays_small(tmp_path):
     assert late["finish_step"] == 200_001
     assert doc["run"]["mean_batch_tokens"] == 2.4          # idle steps are not averaged in
     assert "mean batch 2.4 tokens, 1.0 requests over the 5 steps that ran a batch" in done.stdout
+
+
+def test_overlap_counts_what_it_discarded_and_returned_alike_in_run_and_launch(tmp_path):
+    """At `overlap` the run totals say how much work planned ahead was discarded and how many
+    placeholders came back: the traces' sums, the same in process and on processes; null at
+    `full`, where nothing is planned ahead."""
+    spec = GOLDEN / "eos_immediate.spec.json"
+    docs = {}
+    for command in ("run", "launch"):
+        done = cli(command, "--spec", spec, "--rung", "overlap", "--json", "--metrics", tmp_path / command)
+        assert done.returncode == 0, done.stderr
+        docs[command] = json.loads((tmp_path / command).read_text())
+        lines = [json.loads(line) for line in done.stdout.splitlines()[:-1]]
+        assert docs[command]["run"]["discarded_tokens"] == sum(sum(x["discarded"].values()) for x in lines) == 4
+        assert docs[command]["run"]["returned_tokens"] == sum(sum(x["returned"].values()) for x in lines) == 4
+    assert deterministic(docs["run"]) == deterministic(docs["launch"])
+    human = cli("run", "--spec", spec, "--rung", "overlap")
+    assert "planned ahead: 4 placeholder tokens returned, 4 tokens of work discarded" in human.stdout
+    cli("run", "--spec", spec, "--json", "--metrics", tmp_path / "full")
+    full = json.loads((tmp_path / "full").read_text())["run"]
+    assert full["discarded_tokens"] is None and full["returned_tokens"] is None
+    assert "planned ahead" not in cli("run", "--spec", spec).stdout

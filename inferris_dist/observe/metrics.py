@@ -75,6 +75,10 @@ Run-level definitions:
     prefix_hit_rate     prefix_hit_tokens / prompt_tokens, in 0..1; null at rungs without
                         prefix reuse (before 08b) or with no prompt tokens
     acceptance_rate     accepted_tokens / drafted_tokens; null when nothing was drafted
+    discarded_tokens    overlap scheduling: tokens of items that executed but did not commit
+                        (sum of trace.discarded); null at rungs without overlap
+    returned_tokens     overlap scheduling: placeholders given back (sum of trace.returned);
+                        null at rungs without overlap
     mean_batch_tokens   batch_tokens / busy_steps, where a busy step is one in which a batch
     mean_batch_requests ran (idle steps, and steps whose batch was all preempted, are not
                         averaged in); null when no step ran a batch
@@ -168,6 +172,8 @@ class Metrics:
         self.batch_tokens = 0
         self.batch_requests = 0
         self.preemptions = 0
+        self.discarded_tokens = 0
+        self.returned_tokens = 0
         # per request id (only the requests something happened to)
         self._first_token: dict[str, int] = {}
         self._finished: dict[str, tuple[int, str]] = {}
@@ -200,6 +206,9 @@ class Metrics:
         self.prefix_hit_tokens += hits
         self.drafted_tokens += sum(trace.drafted.values())
         self.accepted_tokens += sum(trace.accepted.values())
+        if trace.discarded or trace.returned:
+            self.discarded_tokens += sum(trace.discarded.values())
+            self.returned_tokens += sum(trace.returned.values())
         if trace.executed:
             self.busy_steps += 1
             self.batch_tokens += sum(trace.executed.values())
@@ -263,6 +272,8 @@ class Metrics:
             "preemptions": self.preemptions,
             "requests_preempted": len(self._preempted),
             "peak_pages_used": max(used) if used else None,
+            "discarded_tokens": self.discarded_tokens if engine.rung.overlap else None,
+            "returned_tokens": self.returned_tokens if engine.rung.overlap else None,
         }
 
     def request_rows(self) -> list[dict]:
@@ -332,6 +343,9 @@ class Metrics:
             times = "once" if n == 1 else f"{n:,} times"
             requests = "" if n == 1 else f" ({who:,} request{'s' * (who != 1)})"
             lines.append(f"preempted {times}{requests}")
+        if self.engine.rung.overlap:
+            lines.append(f"planned ahead: {self.returned_tokens:,} placeholder tokens returned, "
+                         f"{self.discarded_tokens:,} tokens of work discarded (an EOS not foreseen)")
         return lines
 
 
