@@ -353,8 +353,9 @@ def test_overlap_counts_what_it_discarded_and_returned_alike_in_run_and_launch(t
         assert done.returncode == 0, done.stderr
         docs[command] = json.loads((tmp_path / command).read_text())
         lines = [json.loads(line) for line in done.stdout.splitlines()[:-1]]
-        assert docs[command]["run"]["discarded_tokens"] == sum(sum(x["discarded"].values()) for x in lines) == 4
-        assert docs[command]["run"]["returned_tokens"] == sum(sum(x["returned"].values()) for x in lines) == 4
+        run = docs[command]["run"]
+        assert run["discarded_tokens"] == sum(sum(x["discarded"].values()) for x in lines) == 4
+        assert run["returned_tokens"] == sum(sum(x["returned"].values()) for x in lines) == 4
     assert deterministic(docs["run"]) == deterministic(docs["launch"])
     human = cli("run", "--spec", spec, "--rung", "overlap")
     assert "planned ahead: 4 placeholder tokens returned, 4 tokens of work discarded" in human.stdout

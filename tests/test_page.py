@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, REPO
+from external import CLI, ENV, GOLDEN, REPO
 
 from inferris_dist.cli import page as page_module
 from inferris_dist.cli.page import LogReader, build_page, write_page
@@ -555,3 +555,27 @@ def test_the_big_page_loads_and_redraws(browser, big):
     print(f"\nbig page: loaded in {took:.1f} s, a whole-run frame in {redraw:.0f} ms")
     assert redraw < 1000
     assert browser.errors == [] and browser.requests == []
+
+
+@needs_browser
+def test_an_overlap_run_with_model_time_in_a_browser(browser, tmp_path):
+    """Two plans in flight and a rank's model time: every step drawn once, each rank's round
+    trips drawn, a step's plan shows its items planned ahead, nothing fetched, no error."""
+    log, out = tmp_path / "overlap.log", tmp_path / "overlap.html"
+    done = subprocess.run([*CLI, "launch", "--world-size", "2", "--rung", "overlap", "--exec-cost", "2ms",
+                           "--spec", str(GOLDEN / "speculative.spec.json"), "--wire-log", str(log),
+                           "--html", str(out)], env=ENV, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    committed = sorted({r["step"] for r in lines_of(log) if r.get("event") == "step"})
+    loaded(browser, out)
+    page = browser.evaluate("({ranks: inferrisPage.rankLanes, steps: inferrisPage.stepNumbers, "
+                            "drawn: inferrisPage.drawn})")
+    assert page["ranks"] == 2 and page["steps"] == committed
+    assert page["drawn"]["steps"] == len(committed) and page["drawn"]["roundTrips"] >= 2 * len(committed)
+    browser.evaluate("inferrisPage.focusStep(3)")
+    where = browser.evaluate("inferrisPage.stepPoint(3)")
+    browser.click(where["x"], where["y"])
+    browser.wait_for("inferrisPage.selected === 3")
+    text = browser.evaluate("document.getElementById('detail').innerText")
+    assert "step 3, epoch 0: plan of" in text and "join: joined" in text
+    assert browser.errors == [] and browser.requests == [] and browser.dialogs == []

@@ -2418,7 +2418,12 @@ function stepPoint(k) {
   const s = stepSpan(k);
   const L = LANES[0];
   if (!s) return null;
-  const a = Math.max(X(s[0]), GX), b = Math.min(X(s[1]), W);
+  // With overlap scheduling the next step's plan goes out before this one commits: a point
+  // over both is the later step's (the latest to start), so aim before the next one starts.
+  const after = stepList[stepList.indexOf(k) + 1];
+  const next = after === undefined ? null : stepSpan(after);
+  const end = next && next[0] > s[0] ? Math.min(s[1], next[0]) : s[1];
+  const a = Math.max(X(s[0]), GX), b = Math.min(X(end), W);
   if (b < a) return null;
   const r = cv.getBoundingClientRect();
   const i = stepIdx.get(k);
