@@ -217,7 +217,9 @@ class RankChannel:
     def send_round(self, send: MsgType, expect: MsgType, step: int, body, record: StepRecord | None
                    ) -> Round:
         """The sending half of an exchange. A RESULT is read back against the plan's own bytes:
-        what repeats the plan shares its values."""
+        what repeats the plan shares its values. A plan sent while another is awaited does not
+        lose a rank it cannot reach (see `send`)."""
+        ahead = bool(self._plans_out)
         if send is MsgType.PLAN:
             encoded, sent = wire.encode_plan(body)
         else:
@@ -231,7 +233,7 @@ class RankChannel:
             self._plans_out[step] = out
         for rank in range(self.world_size):
             sent_at[rank] = time.monotonic()
-            self.send(rank, send, step, encoded, body, extra=extra)
+            self.send(rank, send, step, encoded, body, extra=extra, found_later=ahead)
         return out
 
     def receive_round(self, out: Round) -> dict[int, "Reply"]:
@@ -515,13 +517,16 @@ class RankChannel:
     # -- sending -----------------------------------------------------------------------
 
     def send(self, rank: int, kind: MsgType, step: int, body: bytes, decoded, *, quiet=False,
-             extra: tuple[bytes, ...] = ()) -> None:
+             extra: tuple[bytes, ...] = (), found_later: bool = False) -> None:
+        """`found_later`: a plan sent ahead of one still awaited; a rank it cannot reach is not
+        lost here but where the plan before is gathered (it died, or its connection closed),
+        so that one loss is one loss, at the step it broke."""
         header = wire.encode_header(kind, self.epoch, step, rank, self.world_size)
         member = self.members.get(rank)
         try:
             self.sock.send_multipart([member.identity, header, body, *extra], zmq.NOBLOCK if quiet else 0)
         except (zmq.ZMQError, AttributeError):
-            if quiet:
+            if quiet or found_later:
                 return
             raise self.lost(rank, step, "unreachable", "cannot be reached") from None
         self.totals[rank].bytes_sent += len(header) + len(body)

@@ -273,7 +273,15 @@ class ProcessGroup:
 
     def forget_sent(self) -> None:
         """After a failure: the plans in flight are void (the epoch moved on); the control
-        plane sends them again (restore) or plans again (recompute)."""
+        plane sends them again (restore) or plans again (recompute). An attempt whose results
+        were never read says so."""
+        for _, out in self._out:
+            if not isinstance(out, RankLost) and not out.record.verdict:
+                record = out.record
+                record.verdict = "void (sent ahead; the epoch ended)"
+                if self.log:
+                    self.log.event("attempt", step=record.step, epoch=record.epoch, verdict=record.verdict,
+                                   plan_bytes=record.plan_bytes)
         self._out.clear()
 
     def collect(self, plan: ExecutionPlan) -> ExecutionResult:
