@@ -268,14 +268,15 @@ def test_workers_leave_within_5_s_when_the_listen_scheduler_is_killed(tmp_path, 
         assert code == 1 and "scheduler" in line, line
 
 
+@pytest.mark.parametrize("rung", ["full", "overlap"])
 @pytest.mark.parametrize("policy", ["restore", "recompute"])
-def test_a_lost_rank_is_replaced_by_a_worker_that_joins(tmp_path, keys, procs, policy):
+def test_a_lost_rank_is_replaced_by_a_worker_that_joins(tmp_path, keys, procs, policy, rung):
     """Rank 1 crashes; the scheduler waits for a replacement (started here, as a cluster's
     launcher would), then goes on in epoch 1: restore gives the same trace, recompute the
-    same summary."""
+    same summary. At `overlap` the next step's plan is in flight when it crashes."""
     n = 2
-    want = run_json(LONG, "--world-size", n)
-    sched = Scheduler(["--listen", "tcp://127.0.0.1:0", "--keys", keys, "--spec", LONG,
+    want = run_json(LONG, "--world-size", n, "--rung", rung)
+    sched = Scheduler(["--listen", "tcp://127.0.0.1:0", "--keys", keys, "--spec", LONG, "--rung", rung,
                        "--world-size", n, "--json", "--on-rank-loss", policy,
                        "--fault", "1:crash@3", "--rejoin-timeout", 20])
     procs.append(sched.proc)

@@ -167,6 +167,9 @@ def _record(obj: Any) -> dict | None:
     inspect does not know."""
     if isinstance(obj, dict) and "event" in obj and isinstance(obj["event"], str):
         kind = obj["event"]
+        if kind == "attempt":               # only a void one says more than the messages do
+            if not (isinstance(obj.get("verdict"), str) and obj["verdict"].startswith("void")):
+                return None
         return None if kind not in EVENTS else {"event": kind, **_checked(obj, EVENTS[kind], f"{kind} event")}
     if not isinstance(obj, dict) or "event" in obj or not ("dir" in obj or "type" in obj):
         raise Malformed("neither a wire message nor an event")
@@ -266,6 +269,7 @@ EVENTS = {  # the events inspect shows, and the fields it uses of each; the othe
     "restart": {"ranks": RANKS, "epoch": INT, "step": INT, "shard_pages": COUNT},
     "note": {"rank": _maybe(RANK), "epoch": INT, "text": TEXT},
     "idle": {"first": INT, "last": INT, "text": TEXT},
+    "attempt": {"step": INT, "epoch": INT, "verdict": TEXT},
     "turned-away": {"messages": COUNTS, "connections": COUNTS},
 }
 
@@ -432,6 +436,10 @@ class Reader:
         # The verdict of the attempt it names; a rank lost after every rank answered was lost
         # in the audit that followed: an event, not the verdict.
         at = self.attempts.get(_key(ev)) if _key(ev) else None
+        if at is not None and ev["event"] == "attempt":
+            if ev["verdict"].startswith("void") and not at.failed:   # a plan sent ahead, never read
+                at.failed, at.why = ev["verdict"], ""
+            return
         if at is not None and (ev["event"] == "step-failed"
                                or ev["event"] == "rank-lost" and not at.answered()):
             at.failed = ev["kind"] if ev["event"] == "step-failed" else _lost(ev)   # as in the log

@@ -99,7 +99,7 @@ def run_launch(workload, name: str, args) -> int:
                 quiet = trace.is_empty and len(attempts) == 1 and not attempts[0].notes and not recoveries
                 printer.step(trace)
                 if not quiet:
-                    write_boundary(out, style, group.world_size, attempts, recoveries)
+                    write_boundary(out, style, group.world_size, attempts, recoveries, trace.step)
                 progress.update(trace.step, total - engine.num_unfinished, extra)
             progress.clear()
             if not as_json:
@@ -124,7 +124,7 @@ def run_launch(workload, name: str, args) -> int:
                 if failed_here:
                     head, why = render.failed_step_lines(err, style)
                     out.write(head + "\n")
-                write_boundary(out, style, group.world_size, attempts, recoveries)
+                write_boundary(out, style, group.world_size, attempts, recoveries, err.step)
                 if failed_here:
                     out.write(why + "\n")
     finally:
@@ -314,15 +314,20 @@ def _open_for_writing(path: str | None, flag: str, opened: ExitStack | None = No
     return stream
 
 
-def write_boundary(out, style, world_size: int, attempts, recoveries) -> None:
-    """Each attempt's wire line, and after each failed one what was done about it."""
-    for i, record in enumerate(attempts):
-        out.write(render.boundary_line(record, world_size, style) + "\n")
+def write_boundary(out, style, world_size: int, attempts, recoveries, step: int | None = None) -> None:
+    """Each attempt's wire line, and after each failed one what was done about it. An attempt
+    at another step than the line's (overlap: the plan sent ahead) names its step."""
+    recoveries = list(recoveries)
+    for record in attempts:
+        out.write(render.boundary_line(record, world_size, style,
+                                       shown_step=record.step if step is not None and record.step != step
+                                       else None) + "\n")
         for line in render.note_lines(record, style):
             out.write(line + "\n")
-        if i < len(recoveries):
-            out.write(render.recovery_lines(recoveries[i], style) + "\n")
-    for recovery in recoveries[len(attempts):]:
+        failed = record.verdict not in ("joined", "") and not record.verdict.startswith("void")
+        if failed and recoveries:
+            out.write(render.recovery_lines(recoveries.pop(0), style) + "\n")
+    for recovery in recoveries:
         out.write(render.recovery_lines(recovery, style) + "\n")
 
 

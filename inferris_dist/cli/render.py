@@ -206,7 +206,7 @@ def ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.2f}"
 
 
-def boundary_line(record, world_size: int, style: Style) -> str:
+def boundary_line(record, world_size: int, style: Style, shown_step: int | None = None) -> str:
     """The wire under a step: plan out, round trips, results back, and the join's verdict."""
     rtts = "/".join(ms(record.rtt.get(r)) for r in range(world_size))
     got = record.result_bytes
@@ -220,6 +220,8 @@ def boundary_line(record, world_size: int, style: Style) -> str:
     verdict = record.verdict or "-"
     verdict = style.green(verdict) if verdict == "joined" else style.red(verdict)
     epoch = f"epoch {record.epoch}, " if record.epoch else ""
+    if shown_step is not None:
+        epoch = f"step {shown_step}, " + epoch
     return style.dim(f"{'':>{STEP_WIDTH}}  wire {epoch}plan {human_bytes(record.plan_bytes)} x{world_size}, "
                      f"rtt {rtts} ms, result {result}, ") + verdict
 

@@ -152,6 +152,7 @@ class RankChannel:
             self._poller.register(s, zmq.POLLIN)
 
     def close(self) -> None:
+        self._void_plans_out()
         self.log_turned_away()
         self.gate.close()                        # the monitor first: never a stuck I/O thread
         if self.sock is not None:
@@ -240,8 +241,8 @@ class RankChannel:
         """The receiving half: every rank's reply to `out`, those that came early included."""
         expect, step, sent = out.expect, out.step, out.sent
         self.last_record = out.record                # an audit has none: the step's verdict stands
+        self._plans_out.pop(step, None)          # read now: a failure logs what came itself
         got = self.gather(expect, step, out.sent_at, out.record, out.got)
-        self._plans_out.pop(step, None)
         raw = [got[r][1] for r in range(self.world_size)]
         if all(b == raw[0] for b in raw):
             blame = 0 if self.world_size == 1 else None      # the same bad bytes from every rank
@@ -258,8 +259,8 @@ class RankChannel:
 
     def next_epoch(self) -> int:
         """A new epoch: replies of the old one are stale from now on (plans in flight too)."""
+        self._void_plans_out()
         self.epoch += 1
-        self._plans_out.clear()
         return self.epoch
 
     # -- receiving ---------------------------------------------------------------------
@@ -605,7 +606,7 @@ class RankChannel:
             self.log_reply(r, kind, step, got[r][1], decoded.get(r), record)
 
     def log_reply(self, rank: int, kind: MsgType, step: int, body: bytes, decoded,
-                  record: StepRecord | None) -> None:
+                  record: StepRecord | None, **more) -> None:
         """A reply that crossed, at the time it came: for a RESULT also when its plan went
         out, the round trip, and the rank's own times. `decoded` None: decoded here for the
         log only (a reply of a failed attempt; one that does not decode is logged as such)."""
@@ -621,7 +622,18 @@ class RankChannel:
             extra = {"sent": round(sent, 6), "rtt": round(rtt, 6)}
             if rank in record.inside:
                 extra["inside"] = [round(x, 6) for x in record.inside[rank]]
-        self.log.message("in", rank, self.epoch, step, kind.name, len(body), decoded, t=t, **extra)
+        self.log.message("in", rank, self.epoch, step, kind.name, len(body), decoded, t=t, **extra, **more)
+
+    def _void_plans_out(self) -> None:
+        """The replies kept for plans sent ahead whose results will never be read (the epoch
+        ends, or the run): they crossed, so they are logged, marked void, at the time they came."""
+        for out in self._plans_out.values():
+            record = out.record
+            for r in sorted(out.got, key=lambda r: record.sent[r] + record.rtt[r]):
+                self.log_reply(r, out.expect, out.step, out.got[r][1], None, record, dropped="void")
+                self.totals[r].steps -= 1             # taken, never joined: dropped after all
+                self.totals[r].dropped += 1
+        self._plans_out.clear()
 
 
 def _for_log(kind: MsgType, body: bytes):

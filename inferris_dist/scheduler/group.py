@@ -78,6 +78,7 @@ class ProcessGroup:
         self.secret = secrets.token_bytes(32)
         self.attempts: deque[StepRecord] = deque(maxlen=64)   # since take_attempts()
         self._out: deque = deque()         # (plan, its Round or the RankLost of sending it), in order
+        self.answered_failed: set[int] | None = None   # ranks that answered a step lost on the wire
         self.log_dir: Path | None = None
         if options.listen is None:
             self.members = None           # Spawned, made in start() with the log directory
@@ -194,9 +195,11 @@ class ProcessGroup:
         self.members.start([rank])
 
     def _config(self, rank: int, shard: list, step: int) -> wire.Config:
-        # One-shots fire once: a one-shot whose plan the old member was sent is spent (with
-        # overlap scheduling that can be the plan after the failed step: it may have fired).
-        if self.last_planned is not None:
+        # One-shots fire once. With overlap scheduling the plan after the failed step went out
+        # too: a member that answered the failed step went on to the next plan (its fault
+        # there fired: it may be what failed), one that did not never reached it.
+        answered = self.answered_failed
+        if self.last_planned is not None and (answered is None or rank in answered):
             step = max(step, self.last_planned)
         faults = [f.text for f in self.faults
                   if f.applies_to(rank) and (f.repeat or f.step > step)]
@@ -209,6 +212,7 @@ class ProcessGroup:
         Ctrl-C must not leave orphans behind.
         """
         with _interrupts_held():
+            self.forget_sent("the run ended")
             if self.members is not None:
                 self.members.close()
             self.channel.close()
@@ -271,14 +275,14 @@ class ProcessGroup:
             out = e
         self._out.append((plan, out))
 
-    def forget_sent(self) -> None:
+    def forget_sent(self, why: str = "the epoch ended") -> None:
         """After a failure: the plans in flight are void (the epoch moved on); the control
         plane sends them again (restore) or plans again (recompute). An attempt whose results
         were never read says so."""
         for _, out in self._out:
             if not isinstance(out, RankLost) and not out.record.verdict:
                 record = out.record
-                record.verdict = "void (sent ahead; the epoch ended)"
+                record.verdict = f"void (sent ahead; {why})"
                 if self.log:
                     self.log.event("attempt", step=record.step, epoch=record.epoch, verdict=record.verdict,
                                    plan_bytes=record.plan_bytes)
@@ -291,7 +295,12 @@ class ProcessGroup:
         if isinstance(out, RankLost):
             raise out
         record = out.record
-        got = self.channel.receive_round(out)
+        self.answered_failed = None
+        try:
+            got = self.channel.receive_round(out)
+        except RankLost:
+            self.answered_failed = set(out.got)     # who answered the step that failed
+            raise
         results = [RankExecutionResult(got[r].header.rank, got[r].header.world_size, got[r].header.step,
                                        got[r].body) for r in range(self.world_size)]
         try:

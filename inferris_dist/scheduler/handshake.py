@@ -81,7 +81,7 @@ class Admission:
         ident = frames[0]
         rank = channel.rank_of.get(ident)
         known = rank in self.configured
-        if rank is not None:
+        if rank is not None or ident in channel.retired:
             frames, _ = channel.without_timing(frames)   # a late result's times: dropped with it
         try:
             if len(frames) != 3:
