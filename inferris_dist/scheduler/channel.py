@@ -69,6 +69,9 @@ def machine_failure(e: OSError | zmq.ZMQError, what: str = "", step: int | None 
     return MachineFailure(f"{what + ': ' if what else ''}{where}{text}", step)
 
 
+LAST_WORDS_S = 1.0       # at most this long for a dead rank's connection to close (see _last_words)
+
+
 class Reply(NamedTuple):
     """One rank's reply in an exchange: its header, and its body decoded."""
     header: wire.Header
@@ -288,7 +291,10 @@ class RankChannel:
                 except RankLost:
                     self._drop_rest(messages[i + 1:])   # what else came is logged, not lost
                     raise
-            for rank in dead:
+            missing = [rank for rank in dead if rank not in got]
+            if missing:
+                self._last_words(missing, got, expect, step, sent_at, record)
+            for rank in missing:
                 if rank not in got:
                     raise self.lost(rank, step, "died", f"died before answering step {step}")
             if len(got) < self.world_size and time.monotonic() >= deadline:
@@ -296,6 +302,27 @@ class RankChannel:
                 raise self.lost(silent[0], step, "timeout",
                                 f"gave no answer to step {step} within {self.step_timeout:g} s",
                                 also=silent[1:])
+
+    def _last_words(self, ranks, got, expect, step, sent_at, record) -> None:
+        """A rank's process can be seen gone a moment before ZeroMQ hands over what it sent just
+        before it went. Its connection closes after the last of its bytes are read (a stream
+        is in order), and the socket monitor says so: until then, at most LAST_WORDS_S, read
+        on, so that a rank that answered and then died has answered."""
+        def settled() -> bool:
+            return all(r in got or (r in self.members and self.members[r].fd is None)
+                       or r not in self.members for r in ranks)
+        until = time.monotonic() + (LAST_WORDS_S if self.gate.monitor is not None else 0.02)
+        while True:
+            done = settled()
+            _, messages = self.wait(time.monotonic() if done else min(until, time.monotonic() + 0.005))
+            for i, (frames, meta) in enumerate(messages):
+                try:
+                    self.take(frames, meta, expect, step, got, sent_at, record)
+                except RankLost:
+                    self._drop_rest(messages[i + 1:])
+                    raise
+            if done or time.monotonic() >= until:
+                return
 
     def take(self, frames, meta, expect, step, got, sent_at, record) -> None:
         rank = self.rank_of.get(frames[0])
