@@ -288,9 +288,13 @@ class Worker:
         self.faults.after_apply(firing, outcomes, self.executor.shard)
 
     def model_time(self, num_tokens: int) -> None:
-        """--exec-cost: the step takes as long as a model would take, waited out without spinning
-        (the core is free for the scheduler and the other ranks, as with a GPU busy)."""
-        seconds = self.exec_cost.seconds(num_tokens)
+        """--exec-cost: the step takes as long as a model would take, from the plan's arrival,
+        waited out without spinning (the core is free for the scheduler and the other ranks,
+        as with a GPU busy): the rank's own decoding and verdicts run inside that time, as a
+        kernel's launch does."""
+        seconds = self.times[0] + self.exec_cost.seconds(num_tokens) - time.monotonic()
+        if seconds <= 0:
+            return
         if seconds < PARENT_CHECK_MS / 1000:
             time.sleep(seconds)
         else:
