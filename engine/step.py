@@ -177,8 +177,9 @@ class Engine:
     def withdraw_in_flight(self, prepared: PreparedStep) -> PreparedStep:
         """Overlap, before a recompute plans `prepared`'s step again from nothing: its
         assumptions go (every request as committed), the step planned ahead of it is withdrawn
-        (what it admitted waits again; whom it preempted stays preempted, shown with this
-        step), and no plan is in flight any more. Returns `prepared` to plan again."""
+        (what it admitted waits again; a step planned ahead preempts no one, and the pages it
+        gave out go with every other page), and no plan is in flight any more. Returns
+        `prepared` to plan again."""
         for req, _, _ in prepared.work:
             if req.assumed is not None:
                 overlap.settle(req)
@@ -195,8 +196,7 @@ class Engine:
         for req in admitted:
             preempt(req, self.pool)            # pages it was given (a reuse, its first chunk) go back
         self.scheduler.unadmit(admitted)
-        shown = [rid for rid in ahead.preempted if rid not in ahead.admitted]
-        return prepared._replace(preempted=prepared.preempted + shown)
+        return prepared
 
     # -- phases 1 to 6 ---------------------------------------------------------------
 
