@@ -2427,7 +2427,9 @@ function stepPoint(k) {
   if (b < a) return null;
   const r = cv.getBoundingClientRect();
   const i = stepIdx.get(k);
-  const yy = L.y - sy + AX + (i !== undefined ? 8 : L.h - 8);
+  // A committed step's band, below its marks (a loss, a restart: hit first in the top 14 px)
+  // and above its failed attempts (the lower half): a point that is the step and nothing else.
+  const yy = L.y - sy + AX + (i !== undefined ? 14 : L.h - 8);
   return {x: r.left + (a + b) / 2, y: r.top + yy};
 }
 window.inferrisPage = Object.freeze({
