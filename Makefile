@@ -23,6 +23,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python examples/serving.py
 	$(BIN)/python examples/bench_boundary.py
+	$(BIN)/python examples/bench_overlap.py
 	$(BIN)/python examples/bench_hosts.py   # across namespaces when run as root
 
 golden: $(STAMP)
