@@ -59,10 +59,16 @@ class ExecutionResult(NamedTuple):
 def shifted_span(item: PlanItem, rejected: int, page_size: int) -> tuple[int, tuple[int, ...]]:
     """Overlap: where an item planned after `prior_drafts` assumed drafts really runs, when
     `rejected` of them were rejected: its start and the pages of its placements it writes."""
-    start = item.start_position - rejected
-    first = (item.start_position - item.prior_drafts) // page_size
-    last = (start + item.num_tokens - 1) // page_size
-    return start, item.placements[start // page_size - first:last - first + 1]
+    return shifted(item.start_position, item.num_tokens, item.prior_drafts, item.placements, rejected,
+                   page_size)
+
+
+def shifted(start: int, num_tokens: int, prior: int, placements, rejected: int, page_size: int):
+    """`shifted_span` over an item's fields (a rank's columns): (start, pages)."""
+    first = (start - prior) // page_size
+    start -= rejected
+    last = (start + num_tokens - 1) // page_size
+    return start, placements[start // page_size - first:last - first + 1]
 
 
 def placement_pages(start: int, num_tokens: int, page_table: list[int], page_size: int) -> tuple[int, ...]:

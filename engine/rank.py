@@ -7,7 +7,7 @@ and writes `(request_id, position)` into its shard for every placement.
 """
 from __future__ import annotations
 
-from .messages import ExecutionPlan, ItemOutcome, RankExecutionResult, shifted_span
+from .messages import ExecutionPlan, ItemOutcome, RankExecutionResult, shifted, shifted_span
 from .shard import SlotStore
 
 
@@ -93,10 +93,8 @@ class RankExecutor:
             own = pages[at:at + k]
             at += k
             if prior:
-                start = starts[i] - (prior - verdict(get(rid), index - 1, prior))
-                first = (starts[i] - prior) // page_size
-                own = own[start // page_size - first:(start + count - 1) // page_size - first + 1]
-                starts[i] = start
+                rejected = prior - verdict(get(rid), index - 1, prior)
+                starts[i], own = shifted(starts[i], count, prior, own, rejected, page_size)
             kept_counts.append(len(own))
             kept.extend(own)
         return starts, kept_counts, kept

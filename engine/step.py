@@ -25,6 +25,8 @@ from .scheduler import Scheduler
 from .trace import StepTrace
 from .workload import Workload, load_workload
 
+_NONE: dict = {}          # no pages reserved (never written)
+
 
 class PreparedStep(NamedTuple):
     """A step up to its plan: what phases 1 to 6 did, waiting for the executor."""
@@ -79,7 +81,6 @@ class Engine:
         self._in_flight: PreparedStep | None = None
         self._ahead: PreparedStep | None = None
         self._taken_as_finished = 0    # requests the step in flight is assumed to finish
-        self._reserved: dict[str, int] = {}   # tokens of each request's item in the step ahead
 
     @property
     def done(self) -> bool:
@@ -296,9 +297,8 @@ class Engine:
         that finished by EOS is discarded from the next step, one whose drafts were rejected
         stands, started as much earlier (the ranks know by how much; the next commit checks)."""
         voided, ahead = prepared.voided, self._ahead
-        if ahead is not None:
-            self._reserved = {req.request_id: n for req, n, _ in ahead.work
-                              if req.request_id not in ahead.voided}
+        reserved = {} if ahead is None else {req.request_id: n for req, n, _ in ahead.work
+                                             if req.request_id not in ahead.voided}
         work, outcomes, assumed = [], [], []
         for entry, outcome in zip(prepared.work, result.outcomes):
             if entry[0].request_id not in voided:
@@ -306,10 +306,7 @@ class Engine:
                 outcomes.append(outcome)
                 assumed.append(overlap.settle(entry[0]))
         self._taken_as_finished = 0
-        try:
-            trace = self._commit(prepared, work, outcomes)
-        finally:
-            self._reserved = {}
+        trace = self._commit(prepared, work, outcomes, reserved)
         real = {}
         for (req, n, decode), outcome, a in zip(work, outcomes, assumed):
             back = overlap.reconcile(req, a)
@@ -330,7 +327,10 @@ class Engine:
         self.pool.plan_landed(prepared.step, (item.placements for item in prepared.plan.items))
         return trace._replace(discarded=discarded, returned=returned)
 
-    def _commit(self, prepared: PreparedStep, work: list, outcomes) -> StepTrace:
+    def _commit(self, prepared: PreparedStep, work: list, outcomes, reserved: dict[str, int] = _NONE
+                ) -> StepTrace:
+        """Phases 9 to 13. `reserved` (overlap): tokens of each request's item in the step
+        planned ahead, whose pages resolve keeps."""
         pool, cache, keys = self.pool, self.cache, self.keys
         write = pool.slots.write_span
         executed, drafted, accepted, rolled_back = {}, {}, {}, {}
@@ -342,7 +342,6 @@ class Engine:
             req.computed += outcome.executed_tokens
             executed[rid] = n
         # phase 10, resolve
-        reserved = self._reserved
         for (req, n, decode), outcome in zip(work, outcomes):
             if decode:
                 rid = req.request_id

@@ -27,8 +27,8 @@ class StepTrace(NamedTuple):
         """SPEC §4's object; `fields`: only those (a rung of the ladder has fewer)."""
         if fields is None:
             fields = SPEC_FIELDS
-        if fields == self._fields:
-            return self._asdict()
+        if self._fields[:len(fields)] == fields:      # every rung's fields are a prefix
+            return dict(zip(fields, self))
         return {f: getattr(self, f) for f in fields}
 
     def json_line(self, fields: tuple[str, ...] | None = None) -> str:
