@@ -8,6 +8,7 @@ went out.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager, nullcontext
 from typing import Iterator, NamedTuple
 
 from . import caching, overlap, speculation
@@ -26,6 +27,7 @@ from .trace import StepTrace
 from .workload import Workload, load_workload
 
 _NONE: dict = {}          # no pages reserved (never written)
+_NO_SPAN = nullcontext()
 
 
 class PreparedStep(NamedTuple):
@@ -126,11 +128,8 @@ class Engine:
         if self._overlap:
             return self.overlapped_step()
         prepared = self.prepare()
-        try:
+        with _failing_at(prepared.step):
             result = self.executor.execute(prepared.plan)
-        except EngineError as e:
-            e.step = prepared.step if e.step is None else e.step
-            raise
         return self.commit(prepared, result)
 
     # -- overlap scheduling (mechanism 13) -------------------------------------------
@@ -141,20 +140,28 @@ class Engine:
         commit k, then let k+1's plan assume k's tokens."""
         current = self._in_flight
         if current is None:
-            current = self.send(self.prepare())
+            with self.phase("prepare", self.next_step):
+                current = self.send(self.prepare())
             self.assume(current)
-        ahead = self.send(self.prepare()) if self.can_plan_ahead() else None
-        self._ahead = ahead
-        try:
-            result = self.executor.collect(current.plan)
-        except EngineError as e:
-            e.step = current.step if e.step is None else e.step
-            raise
-        trace = self.commit(current, result)
-        self._in_flight = self._ahead = None
+        self._ahead = None
+        if self.can_plan_ahead():
+            with self.phase("prepare", self.next_step):
+                self._ahead = self.send(self.prepare())
+        trace = self.finish(current)
+        ahead, self._in_flight, self._ahead = self._ahead, None, None
         if ahead is not None:
             self.assume(ahead)
         return trace
+
+    def finish(self, prepared: PreparedStep) -> StepTrace:
+        """Collect the result of a plan sent and commit it (on processes, with recovery)."""
+        with _failing_at(prepared.step):
+            result = self.executor.collect(prepared.plan)
+        return self.commit(prepared, result)
+
+    def phase(self, name: str, step: int):
+        """A stretch of the control plane's work, for whoever times it (in process: nobody)."""
+        return _NO_SPAN
 
     def send(self, prepared: PreparedStep) -> PreparedStep:
         """The plan goes to the executor; until it lands, no page it writes is reused."""
@@ -397,6 +404,16 @@ class Engine:
             "slots": pool.slots.snapshot(),
             "cache": [(n.key, n.page, n.path) for n in self.cache.tree_order()],
         }
+
+
+@contextmanager
+def _failing_at(step: int):
+    """An executor's failure names the step whose plan it was running (unless it says)."""
+    try:
+        yield
+    except EngineError as e:
+        e.step = step if e.step is None else e.step
+        raise
 
 
 def _no_pages(work, evicted, preempted) -> None:

@@ -105,80 +105,51 @@ class DistributedEngine(Engine):
         return recoveries
 
     def step(self) -> StepTrace:
+        """The engine's step on processes: the plan sent, then `finish` (the result collected
+        and committed, recovering what fails); at `overlap` the engine's own overlapped step,
+        with the same `finish`. The committed step goes to the wire log."""
         self._end_idle()
         if self._overlap:
-            return self.overlapped_step()
-        log = self.group.log
-        clock = self._phase if (self.timeline is not None or log) else _no_span
-        with clock("prepare", self.step_id):
-            prepared = self.prepare()
+            trace = self.overlapped_step()
+        else:
+            with self.phase("prepare", self.next_step):
+                prepared = self.prepare()
+                self.group.submit(prepared.plan)
+            trace = self.finish(prepared)
+        if self.group.log:
+            self._log_step(trace)
+        return trace
+
+    def prepare(self):
+        """A recompute found by the audit preempted requests between steps: shown with the next."""
+        prepared = super().prepare()
         if self._preempted_between_steps:
             prepared = prepared._replace(preempted=self._preempted_between_steps + prepared.preempted)
             self._preempted_between_steps = []
+        return prepared
+
+    def finish(self, prepared) -> StepTrace:
+        """Collect and commit, recovering a failure with the plans in flight (at `overlap` the
+        next step's is one: restore sends both again in the new epoch, recompute withdraws it
+        and plans this step again)."""
         while True:
             try:
                 try:
-                    with clock("execute", prepared.step):
-                        result = self.group.execute(prepared.plan)
+                    with self.phase("execute", prepared.step):
+                        result = self.group.collect(prepared.plan)
                 finally:
                     self._log_attempt(prepared.step)
-                with clock("commit", prepared.step):
-                    trace = self.commit(prepared, result)
-                if log:
-                    self._log_step(trace)
-                return trace
+                with self.phase("commit", prepared.step):
+                    return self.commit(prepared, result)
             except RECOVERABLE as err:
                 err.step = prepared.step
                 if err.epoch is None:
                     err.epoch = self.group.epoch
-                with clock("recover", prepared.step):
-                    prepared = self._recover(err, prepared)
+                with self.phase("recover", prepared.step):
+                    prepared = self._recover_sent(err, prepared)
 
-    def overlapped_step(self) -> StepTrace:
-        """Engine.overlapped_step on processes: step k+1's plan is sent before step k's results
-        are read, and a failure with two plans in flight is recovered with both (restore: both
-        sent again in the new epoch; recompute: the step ahead withdrawn, k planned again)."""
-        log = self.group.log
-        clock = self._phase if (self.timeline is not None or log) else _no_span
-        current = self._in_flight
-        if current is None:
-            with clock("prepare", self.next_step):
-                current = self.prepare()
-                if self._preempted_between_steps:
-                    current = current._replace(preempted=self._preempted_between_steps + current.preempted)
-                    self._preempted_between_steps = []
-                self.send(current)
-            self.assume(current)
-        ahead = None
-        if self.can_plan_ahead():
-            with clock("prepare", self.next_step):
-                ahead = self.send(self.prepare())
-        self._ahead = ahead
-        while True:
-            try:
-                result = self._collect(current, clock)
-                with clock("commit", current.step):
-                    trace = self.commit(current, result)
-                break
-            except RECOVERABLE as err:
-                err.step = current.step
-                if err.epoch is None:
-                    err.epoch = self.group.epoch
-                with clock("recover", current.step):
-                    current, ahead = self._recover_in_flight(err, current, ahead)
-        self._in_flight = self._ahead = None
-        if ahead is not None:
-            self.assume(ahead)
-        if log:
-            self._log_step(trace)
-        return trace
-
-    def _collect(self, prepared, clock):
-        try:
-            with clock("execute", prepared.step):
-                return self.group.collect(prepared.plan)
-        finally:
-            self._log_attempt(prepared.step)
+    def phase(self, name: str, step: int):
+        return self._phase(name, step) if (self.timeline is not None or self.group.log) else _NOTHING
 
     def _log_attempt(self, step: int) -> None:
         record = self.group.last_record
@@ -189,19 +160,22 @@ class DistributedEngine(Engine):
                 self.group.log.event("attempt", step=record.step, epoch=record.epoch,
                                      verdict=record.verdict or "failed", plan_bytes=record.plan_bytes)
 
-    def _recover_in_flight(self, err: EngineError, current, ahead, in_audit: bool = False):
-        """Overlap: recover with `current` (and maybe `ahead`) in flight; what is in flight after.
-        `in_audit`: the failure was found by the audit after the step before `current`."""
+    def _recover_sent(self, err: EngineError, current, in_audit: bool = False):
+        """Recover with `current`'s plan sent (and at `overlap` maybe the step ahead's, in
+        `_ahead`); returns the step to collect next, its plan sent. `in_audit`: the failure was
+        found by the audit after the step before `current`."""
         again = self._recover(err, current, in_audit)
         self.group.forget_sent()
         if again is current:                   # restore: the same plans, in order, new epoch
             self.group.submit(current.plan)
-            if ahead is not None:
-                self.group.submit(ahead.plan)
-            return current, ahead
-        self.send(again)                       # recompute: planned again, nothing ahead of it
-        self.assume(again)
-        return again, None
+            if self._ahead is not None:
+                self.group.submit(self._ahead.plan)
+        elif self._overlap:                    # recompute: planned again, nothing ahead of it
+            self.send(again)
+            self.assume(again)
+        else:
+            self.group.submit(again.plan)
+        return again
 
     @contextmanager
     def _phase(self, phase: str, step: int):
@@ -231,7 +205,7 @@ class DistributedEngine(Engine):
                 if self._in_flight is None:
                     self._recover(err, None)
                 else:                          # overlap: the next step's plan is in flight
-                    self._recover_in_flight(err, self._in_flight, None, in_audit=True)
+                    self._recover_sent(err, self._in_flight, in_audit=True)
 
     def _recover(self, err: EngineError, prepared, in_audit: bool = False):
         """Restart what failed. The budget counts recoveries: one recovery may try again when
@@ -298,6 +272,3 @@ class DistributedEngine(Engine):
 
 _NOTHING = nullcontext()
 
-
-def _no_span(phase: str, step: int):
-    return _NOTHING
