@@ -263,24 +263,6 @@ def engine_plans(name: str, rung: str = "full") -> tuple[list[ExecutionPlan], ob
     return plans, workload
 
 
-@pytest.mark.parametrize("name", SPECS)
-def test_columnar_execution_is_execution_on_the_golden_workloads(name):
-    plans, workload = engine_plans(name)
-    assert plans
-    cfg = workload.config
-    scripts = accept_scripts(workload)
-    items, columnar = (RankExecutor(0, 1, cfg.num_pages, cfg.page_size, scripts) for _ in range(2))
-    for plan in plans:
-        outcomes = items.execute(plan).outcomes
-        c = wire.decode_plan_columns(wire.encode_body(MsgType.PLAN, plan))
-        accepted = columnar.accepted(c.request_ids, c.column("num_tokens"), c.column("decode"),
-                                     c.column("verdict_index"))
-        assert wire.decode_body(MsgType.RESULT, wire.encode_result_of(c, accepted)) == outcomes
-        columnar.apply_columns(c.request_ids, c.column("start_position"), c.column("num_tokens"),
-                               c.column("num_pages"), c.pages)
-        assert columnar.shard.snapshot() == items.shard.snapshot()
-
-
 def ahead_items(plans, workload) -> tuple[int, int]:
     """(items planned ahead after drafts some of which the ranks reject, those after drafts all accepted)."""
     scripts = accept_scripts(workload)
@@ -297,12 +279,13 @@ def test_the_overlap_goldens_plan_ahead_after_rejected_and_after_accepted_drafts
     assert sum(accepted for _, accepted in counts.values()) >= 10
 
 
-@pytest.mark.parametrize("name", OVERLAP_SPECS)
-def test_columnar_execution_is_execution_on_the_overlap_goldens(name):
-    """Items planned ahead: `place_columns` + `encode_result_columns` (as `Worker.answer` uses
-    them) are the very bytes of `verdicts` -> `encode_body(RESULT)`, and `apply_columns`
-    leaves the shard `apply` leaves, at every step."""
-    plans, workload = engine_plans(name, "overlap")
+@pytest.mark.parametrize("name,rung", [(n, "full") for n in SPECS] + [(n, "overlap") for n in OVERLAP_SPECS])
+def test_columnar_execution_is_execution_on_the_goldens(name, rung):
+    """What `Worker.answer` does with a plan's columns (`accepted`; `encode_result_of`, or for
+    items planned ahead `place_columns` + `encode_result_columns`) is the very bytes of
+    `verdicts` -> `encode_body(RESULT)`, and `apply_columns` leaves the shard `apply` leaves,
+    at every step, at `full` and at `overlap`."""
+    plans, workload = engine_plans(name, rung)
     assert plans
     cfg = workload.config
     scripts = accept_scripts(workload)

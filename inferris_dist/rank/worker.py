@@ -259,33 +259,32 @@ class Worker:
             body = wire.encode_result_columns(ids, starts, counts, accepted, num_pages, pages)
         else:
             body = wire.encode_result_of(plan, accepted)
-        if self.exec_cost:
-            self.model_time(sum(counts))
-        executed = time.monotonic()
-        frames = [wire.encode_header(MsgType.RESULT, self.epoch, plan.step, self.rank, self.world_size), body]
-        if self.timing:
-            frames.append(wire.encode_timing((*self.times, executed, time.monotonic())))
+        frames = self.result_frames(plan.step, body, counts)
         self.sock.send_multipart(frames)
         self.faults.previous = frames
         executor.apply_columns(ids, starts, counts, num_pages, pages)
 
     def answer_with_faults(self, firing: dict, plan) -> None:
-        """The general way, through items and outcomes (`firing` may be empty: a plan with
-        items planned ahead, which the rank places by its own earlier verdicts)."""
-        outcomes = self.executor.verdicts(plan).outcomes
-        if self.exec_cost:
-            self.model_time(sum(item.num_tokens for item in plan.items))
-        executed = time.monotonic()
-        outcomes = self.faults.outcomes(firing, outcomes, self.num_pages)
-        frames = [wire.encode_header(MsgType.RESULT, self.epoch, plan.step, self.rank, self.world_size),
-                  wire.encode_body(MsgType.RESULT, outcomes)]
-        if self.timing:
-            frames.append(wire.encode_timing((*self.times, executed, time.monotonic())))
+        """The general way, through items and outcomes, so that the faults can act around it."""
+        outcomes = self.faults.outcomes(firing, self.executor.verdicts(plan).outcomes, self.num_pages)
+        frames = self.result_frames(plan.step, wire.encode_body(MsgType.RESULT, outcomes),
+                                    [item.num_tokens for item in plan.items])
         for message in self.faults.sends(firing, self.faults.frames(firing, frames)):
             self.sock.send_multipart(message)
         self.faults.after_reply(firing, self)
         self.executor.apply(plan)
         self.faults.after_apply(firing, outcomes, self.executor.shard)
+
+    def result_frames(self, step: int, body: bytes, token_counts) -> list[bytes]:
+        """A RESULT's frames, once the model's time (if any) is over; with our own times when
+        the scheduler asked for them."""
+        if self.exec_cost:
+            self.model_time(sum(token_counts))
+        executed = time.monotonic()
+        frames = [wire.encode_header(MsgType.RESULT, self.epoch, step, self.rank, self.world_size), body]
+        if self.timing:
+            frames.append(wire.encode_timing((*self.times, executed, time.monotonic())))
+        return frames
 
     def model_time(self, num_tokens: int) -> None:
         """--exec-cost: the step takes as long as a model would take, from the plan's arrival,
