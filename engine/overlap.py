@@ -43,21 +43,14 @@ from typing import NamedTuple
 
 from .request import Request
 
-OVERLAP_FIELDS = ("discarded", "returned")
-
 
 class Assumption(NamedTuple):
     """What a request was before the step in flight, and what that step was assumed to make it."""
     computed: int
     generated: int
     num_verdicts: int
-    assumed_computed: int
     assumed_generated: int
     drafts: int                 # the item's drafts, all assumed accepted
-
-    @property
-    def placeholders(self) -> int:
-        return self.assumed_generated - self.generated
 
 
 def assume(work: list, voided: set[str]) -> int:
@@ -75,8 +68,7 @@ def assume(work: list, voided: set[str]) -> int:
             req.num_verdicts = verdicts + 1
         if req.computed == req.prompt + req.generated:
             req.generated += 1
-        req.assumed = Assumption(computed, generated, verdicts, req.computed, req.generated,
-                                 n - 1 if decode else 0)
+        req.assumed = Assumption(computed, generated, verdicts, req.generated, n - 1 if decode else 0)
         if req.generated >= req.max_new_tokens:
             done += 1
     return done

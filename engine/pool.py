@@ -76,6 +76,13 @@ class PagePool:
             for page in pages:
                 writing[page] = step
 
+    def plans_withdrawn(self) -> None:
+        """Overlap: no plan is in flight any more (a recompute plans again from nothing): every
+        page held back goes to the free list, oldest plan's first."""
+        self.writing.clear()
+        for step in sorted(self.held):
+            self._free.extend(self.held.pop(step))
+
     def plan_landed(self, step: int, placements) -> None:
         """Overlap: the plan of `step` has executed; the pages freed while it could write them
         go to the free list (in the order they were freed)."""

@@ -193,10 +193,7 @@ class Engine:
                 overlap.settle(req)
         ahead, self._ahead, self._in_flight = self._ahead, None, None
         self._taken_as_finished = 0
-        self.pool.writing.clear()
-        for step in sorted(self.pool.held):
-            for page in self.pool.held.pop(step):
-                self.pool.free(page)
+        self.pool.plans_withdrawn()
         self.next_step = prepared.step + 1
         if ahead is None:
             return prepared
