@@ -12,6 +12,7 @@ that printed the right bytes.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -29,20 +30,21 @@ from inferris_dist.protocol.limits import parse_exec_cost  # noqa: E402
 RUNGS = ("full", "overlap")
 
 
-def one_run(workload, rung: str, cost, reference: list[str]) -> tuple[float, int, int]:
-    """(run loop seconds, steps, tokens discarded) of one launch; the trace must be `reference`."""
+def one_run(workload, rung: str, cost, reference: list[str]) -> float:
+    """The run loop's seconds of one launch; its trace must be `reference`."""
     with launch(workload, rung=rung, exec_cost=cost, step_timeout=60) as engine:
         started = time.perf_counter()
         lines = list(trace_json_lines(engine))
         took = time.perf_counter() - started
     if lines != reference:
         raise SystemExit(f"rung {rung}, exec cost {cost}: the trace differs from run in process")
-    steps = len(lines) - 1
-    discarded = 0
-    if rung == "overlap":
-        engine_lines = Engine(workload, rung=rung)
-        discarded = sum(sum(t.discarded.values()) for t in engine_lines.run())
-    return took, steps, discarded
+    return took
+
+
+def steps_and_discarded(lines: list[str]) -> tuple[int, int]:
+    """A trace's steps and the tokens it discarded (0 at rungs that discard nothing)."""
+    steps = [json.loads(line) for line in lines[:-1]]
+    return len(steps), sum(sum(s.get("discarded", {}).values()) for s in steps)
 
 
 def main() -> int:
@@ -54,6 +56,7 @@ def main() -> int:
     args = ap.parse_args()
     workload = load_workload(serving_workload(args.requests, world_size=args.world_size))
     reference = {rung: list(trace_json_lines(Engine(workload, rung=rung))) for rung in RUNGS}
+    counted = {rung: steps_and_discarded(reference[rung]) for rung in RUNGS}
     print(f"serving workload: {args.requests} requests, world size {args.world_size}, "
           f"{args.repeat} interleaved runs per rung and cost (run loop only, workers already up)")
     header = (f"{'exec cost':>9}  {'rung':<8} {'steps':>5} {'best s':>7} {'median s':>8} "
@@ -62,17 +65,16 @@ def main() -> int:
     for ms in args.costs.split(","):
         cost = parse_exec_cost(f"{float(ms) * 1000:g}us")
         times: dict[str, list[float]] = {r: [] for r in RUNGS}
-        steps, discarded = {}, {}
         for _ in range(args.repeat):
             for rung in RUNGS:
-                took, steps[rung], discarded[rung] = one_run(workload, rung, cost, reference[rung])
-                times[rung].append(took)
+                times[rung].append(one_run(workload, rung, cost, reference[rung]))
         best = {r: min(times[r]) for r in RUNGS}
         for rung in RUNGS:
+            steps, discarded = counted[rung]
             ratio = f"{best['overlap'] / best['full']:.2f}x" if rung == "overlap" else ""
-            print(f"{ms + ' ms':>9}  {rung:<8} {steps[rung]:>5} {best[rung]:>7.3f} "
-                  f"{statistics.median(times[rung]):>8.3f} {steps[rung] / best[rung]:>7.0f} "
-                  f"{discarded[rung]:>9}  {ratio}")
+            print(f"{ms + ' ms':>9}  {rung:<8} {steps:>5} {best[rung]:>7.3f} "
+                  f"{statistics.median(times[rung]):>8.3f} {steps / best[rung]:>7.0f} "
+                  f"{discarded:>9}  {ratio}")
     return 0
 
 
