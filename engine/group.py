@@ -71,9 +71,11 @@ class LocalGroup:
         return join([rank.execute(plan) for rank in self.ranks], self.world_size, plan.step)
 
     # Overlap scheduling: plans are sent ahead and collected in order; the ranks execute
-    # them in the order sent, as workers do with the plans queued on their socket.
-    def submit(self, plan: ExecutionPlan) -> None:
+    # them in the order sent, as workers do with the plans queued on their socket. What
+    # `submit` returns (here the plan itself) is what the engine hands back to `collect`.
+    def submit(self, plan: ExecutionPlan) -> ExecutionPlan:
         self._sent.append(plan)
+        return plan
 
     def collect(self, plan: ExecutionPlan) -> ExecutionResult:
         first = self._sent.pop(0)

@@ -43,6 +43,7 @@ class PreparedStep(NamedTuple):
     voided: set[str]           # overlap: requests whose item is discarded (planned from a state
                                # that never existed)
     shifts: dict[str, int]     # overlap: drafts rejected of each request's item the step before
+    flight: object = None      # what the executor's `submit` returned for the plan: handed to `collect`
 
 
 class Engine:
@@ -156,16 +157,20 @@ class Engine:
     def finish(self, prepared: PreparedStep) -> StepTrace:
         """Collect the result of a plan sent and commit it (on processes, with recovery)."""
         with _failing_at(prepared.step):
-            result = self.executor.collect(prepared.plan)
+            result = self.executor.collect(prepared.flight)
         return self.commit(prepared, result)
 
     def phase(self, name: str, step: int):
         """A stretch of the control plane's work, for whoever times it (in process: nobody)."""
         return _NO_SPAN
 
+    def dispatch(self, prepared: PreparedStep) -> PreparedStep:
+        """The plan goes to the executor; the step holds what `submit` returned, its flight."""
+        return prepared._replace(flight=self.executor.submit(prepared.plan))
+
     def send(self, prepared: PreparedStep) -> PreparedStep:
-        """The plan goes to the executor; until it lands, no page it writes is reused."""
-        self.executor.submit(prepared.plan)
+        """Dispatched, planned ahead: until the plan lands, no page it writes is reused."""
+        prepared = self.dispatch(prepared)
         self.pool.plan_in_flight(prepared.step, (item.placements for item in prepared.plan.items))
         return prepared
 

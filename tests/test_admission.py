@@ -24,6 +24,7 @@ from external import golden_workload
 from procs import wait_until
 
 from inferris_dist.engine import ItemOutcome, load_workload, run_workload
+from inferris_dist.observe.recorder import Recorder
 from inferris_dist.observe.records import WireLog
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.wire import MsgType, WireError
@@ -74,7 +75,7 @@ def probes() -> list[tuple[str, list[bytes], tuple[str, ...]]]:
 
 def test_every_hostile_peer_in_the_handshake_is_refused_with_its_reason_then_the_ranks_join(tmp_path):
     stream = io.StringIO()
-    channel = RankChannel(WORLD, step_timeout=5.0, wire_log=WireLog(stream))
+    channel = RankChannel(WORLD, step_timeout=5.0, recorder=Recorder(WORLD, WireLog(stream)))
     channel.open("tcp://127.0.0.1:0", None)
     vetting = Spawned(channel, SECRET, tmp_path, start_timeout=20.0)
     vetting.workers = {r: SimpleNamespace(rank=r, pid=pid) for r, pid in PIDS.items()}
@@ -145,7 +146,7 @@ def test_every_hostile_peer_in_the_handshake_is_refused_with_its_reason_then_the
 def test_a_rank_already_taken_in_this_admission_is_refused(tmp_path):
     """A second HELLO for a rank configured a moment ago (from another connection) is refused
     as taken; the first one's member stands."""
-    channel = RankChannel(1, step_timeout=5.0, wire_log=None)
+    channel = RankChannel(1, step_timeout=5.0)
     channel.open("tcp://127.0.0.1:0", None)
     vetting = Spawned(channel, SECRET, tmp_path, start_timeout=20.0)
     vetting.workers = {0: SimpleNamespace(rank=0, pid=PIDS[0])}

@@ -63,7 +63,7 @@ class Recorder:
         self.events.append(("submit", plan.step))
         self.plans[plan.step] = plan
         self.in_flight.append(plan)
-        self.group.submit(plan)
+        return self.group.submit(plan)
 
     def collect(self, plan):
         self.events.append(("collect", plan.step))

@@ -134,7 +134,7 @@ def run_launch(workload, name: str, args) -> int:
                                   lambda problem: metrics_document(problem, escaping), html.wire_log)
         closing = html.write(name, closing)
     _say_unfired(group, engine)
-    lost_log = group.log.broken if group is not None and group.log else None
+    lost_log = group.wire_log.broken if group is not None and group.wire_log else None
     if lost_log is not None and closing is None:     # the run went on without its wire log
         closing = machine_failure(lost_log, _log_flag(args, html))
         closing.message += " (the run went on without the rest of its wire log)"

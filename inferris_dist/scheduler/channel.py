@@ -23,18 +23,19 @@ import errno as _errno
 import os
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import zmq
 
 from inferris_dist.engine import RankLost
 from inferris_dist.engine.errors import MachineFailure
-from inferris_dist.observe.records import RankTotals, StepRecord, WireLog
+from inferris_dist.observe.recorder import Recorder
+from inferris_dist.observe.records import StepRecord
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.keys import ServerKeys
 from inferris_dist.protocol.wire import MsgType
-from inferris_dist.scheduler.gate import NOTED_PER_PEER, Gate
+from inferris_dist.scheduler.gate import Gate
 
 MAX_RETIRED = 256           # identities of former members remembered, to tell them to exit
 MAX_STRANGER_FRAMES = 4     # frames of a message from a non-member kept (the rest are dropped)
@@ -78,17 +79,27 @@ class Reply(NamedTuple):
     body: object
 
 
-@dataclass
-class Round:
-    """One message to every rank and the replies it awaits: a step's plan, or an audit. Plans
-    may be sent ahead (overlap scheduling): a reply to a later plan that comes while an earlier
-    round is awaited is kept in that plan's round, not dropped."""
+@dataclass(eq=False)
+class Flight:
+    """One message to every rank and the replies it awaits: a step's plan in flight, or an
+    audit. A step's flight is made when its plan is sent, held by the engine's step (with the
+    plan it carries) and handed back to be collected; the replies are read into it as they come.
+    With overlap scheduling a plan goes out while the one before it is awaited: a reply to it
+    that comes meanwhile is kept in its own flight, not dropped. Restore sends a flight again,
+    in the new epoch (the same plan, a new attempt)."""
+    send: MsgType
     expect: MsgType
     step: int
-    record: StepRecord | None
-    sent_at: dict[int, float]
-    sent: object                          # what the decoder reads a RESULT against
-    got: dict                             # rank -> (header, body bytes), as they came
+    plan: object                          # what was sent: an ExecutionPlan, or an audit's body
+    encoded: bytes
+    against: object                       # what the decoder reads a RESULT against (the plan's bytes)
+    record: StepRecord | None             # this attempt's record (None for an audit)
+    epoch: int = 0
+    sent_at: dict = field(default_factory=dict)   # rank -> when it was sent (the record's `sent`)
+    got: dict = field(default_factory=dict)       # rank -> (header, body bytes), as they came
+    failure: RankLost | None = None       # sending it lost a rank: raised when it is collected
+    answered: frozenset | None = None     # failed on the wire: the ranks that had answered
+    logged: bool = False                  # its replies are in the wire log
 
 
 @dataclass(frozen=True)
@@ -100,18 +111,18 @@ class Meta:
 
 
 class RankChannel:
-    def __init__(self, world_size: int, step_timeout: float, wire_log: WireLog | None, timing: bool = False,
+    def __init__(self, world_size: int, step_timeout: float, recorder: Recorder | None = None,
                  spin_s: float = 0.0):
         self.world_size = world_size
         self.step_timeout = step_timeout
-        self.log = wire_log
+        self.recorder = recorder = recorder if recorder is not None else Recorder(world_size)
         self.epoch = 0
         self.ctx: zmq.Context | None = None
         self.sock: zmq.Socket | None = None
         self.gate = Gate(world_size)         # the door: who may connect, and who was turned away
         self.address = ""
         self.curve = False
-        self.timing = timing            # ask the ranks for their own times (a timeline, a wire log)
+        self.timing = recorder.wants_timing   # ask the ranks for their own times (someone keeps them)
         self.spin_s = spin_s            # spin this long before sleeping in a wait (a free core only)
         self.blamed: set[int] = set()   # ranks a failure was blamed on (not asked politely at the end)
         self.members: dict[int, Member] = {}
@@ -119,12 +130,9 @@ class RankChannel:
         self.retired: OrderedDict[bytes, tuple[int, int, str]] = OrderedDict()  # ident -> rank, epoch, why
         self.sentinels: dict[int, int] = {}       # rank -> pidfd of a worker we spawned
         self.explain: Callable[[int], str] = lambda rank: ""   # more on a rank that died
-        self.totals = {r: RankTotals() for r in range(world_size)}
-        self.last_record: StepRecord | None = None
         self._answered: dict[int, tuple] = {}   # rank -> (epoch, step, kind) last joined
         self._dead: set[int] = set()                      # ranks whose process or connection ended
-        self._unlogged = None                             # (got, kind, step, record) of a gather
-        self._plans_out: dict[int, Round] = {}            # step -> a plan sent, not yet received
+        self.in_flight: dict[int, Flight] = {}   # step -> its plan's flight, sent, replies not read yet
         self._poller = zmq.Poller()
 
     # -- the socket --------------------------------------------------------------------
@@ -154,9 +162,11 @@ class RankChannel:
         for s in self.gate.sockets:
             self._poller.register(s, zmq.POLLIN)
 
+    totals = property(lambda self: self.recorder.totals)
+
     def close(self) -> None:
-        self._void_plans_out()
-        self.log_turned_away()
+        self.void_in_flight("the run ended")
+        self.recorder.turned_away(self.gate, self.recorder.member_drops())
         self.gate.close()                        # the monitor first: never a stuck I/O thread
         if self.sock is not None:
             self.sock.close(linger=0)
@@ -173,9 +183,8 @@ class RankChannel:
         self._dead.discard(member.rank)
         self.blamed.discard(member.rank)        # a new member, blameless
         self.gate.proven(member.fd)
-        if self.log:
-            self.log.event("member", rank=member.rank, epoch=member.epoch, pid=member.pid,
-                           host=member.host if member.replaceable else "", proof=member.proof)
+        self.recorder.member(member.rank, member.epoch, member.pid,
+                             member.host if member.replaceable else "", member.proof)
 
     def retire(self, rank: int, why: str) -> Member | None:
         """Rank `rank` has no member any more; its connection is remembered, to be told to exit."""
@@ -210,49 +219,63 @@ class RankChannel:
 
     # -- the exchange: one step's (or audit's) round with every rank --------------------
 
-    def exchange(self, send: MsgType, expect: MsgType, step: int, body, record: StepRecord | None
-                 ) -> dict[int, "Reply"]:
+    def exchange(self, send: MsgType, expect: MsgType, step: int, body) -> dict[int, "Reply"]:
         """Send `body` (encoded once, the same bytes to every rank) and gather one reply of kind
-        `expect` from each, decoded once when every rank sent the same bytes, logged as it
-        came; the record (a step's; None for an audit) is the one the channel keeps as its
-        last. RankLost when a rank is lost or breaks the protocol."""
-        return self.receive_round(self.send_round(send, expect, step, body, record))
+        `expect` from each (an audit's round). RankLost when a rank is lost or breaks the
+        protocol."""
+        flight = self.send_round(send, expect, step, body, None)
+        if flight.failure is not None:
+            raise flight.failure
+        return self.receive_round(flight)
 
     def send_round(self, send: MsgType, expect: MsgType, step: int, body, record: StepRecord | None
-                   ) -> Round:
-        """The sending half of an exchange. A RESULT is read back against the plan's own bytes:
-        what repeats the plan shares its values. A plan sent while another is awaited does not
-        lose a rank it cannot reach (see `send`)."""
-        ahead = bool(self._plans_out)
+                   ) -> Flight:
+        """The sending half: the flight, sent to every rank. A RESULT is read back against the
+        plan's own bytes: what repeats the plan shares its values. A rank that cannot be reached
+        is the flight's failure, raised when it is collected (for a plan sent while another is
+        awaited, see `send`)."""
         if send is MsgType.PLAN:
-            encoded, sent = wire.encode_plan(body)
+            encoded, against = wire.encode_plan(body)
         else:
-            encoded, sent = wire.encode_body(send, body), None
-        if record is not None:
-            record.plan_bytes = len(encoded)
-        sent_at = record.sent if record is not None else {}
-        extra = (wire.TIMING_PLEASE,) if self.timing and send is MsgType.PLAN else ()
-        out = Round(expect, step, record, sent_at, sent, {})
-        if send is MsgType.PLAN:
-            self._plans_out[step] = out
-        for rank in range(self.world_size):
-            sent_at[rank] = time.monotonic()
-            self.send(rank, send, step, encoded, body, extra=extra, found_later=ahead)
-        return out
+            encoded, against = wire.encode_body(send, body), None
+        flight = Flight(send, expect, step, body, encoded, against, record)
+        self.resend(flight, record)
+        return flight
 
-    def receive_round(self, out: Round) -> dict[int, "Reply"]:
-        """The receiving half: every rank's reply to `out`, those that came early included."""
-        expect, step, sent = out.expect, out.step, out.sent
-        self.last_record = out.record                # an audit has none: the step's verdict stands
-        self._plans_out.pop(step, None)          # read now: a failure logs what came itself
-        got = self.gather(expect, step, out.sent_at, out.record, out.got)
+    def resend(self, flight: Flight, record: StepRecord | None) -> None:
+        """Send `flight` (again: restore, in a new epoch), as attempt `record`."""
+        ahead = bool(self.in_flight)
+        flight.record, flight.epoch, flight.got = record, self.epoch, {}
+        flight.failure, flight.answered, flight.logged = None, None, False
+        flight.sent_at = sent_at = record.sent if record is not None else {}
+        if record is not None:
+            record.plan_bytes = len(flight.encoded)
+        extra = (wire.TIMING_PLEASE,) if self.timing and flight.send is MsgType.PLAN else ()
+        if flight.send is MsgType.PLAN:
+            self.in_flight[flight.step] = flight
+        try:
+            for rank in range(self.world_size):
+                sent_at[rank] = time.monotonic()
+                self.send(rank, flight.send, flight.step, flight.encoded, flight.plan, extra=extra,
+                          found_later=ahead)
+        except RankLost as e:
+            flight.failure = e
+
+    def receive_round(self, flight: Flight) -> dict[int, "Reply"]:
+        """The receiving half: every rank's reply to `flight`, those that came early included,
+        each decoded (once, when every rank sent the same bytes)."""
+        expect, step = flight.expect, flight.step
+        self.recorder.gathering(flight.record)   # an audit has none: the step's verdict stands
+        self.in_flight.pop(step, None)            # read now: a failure logs what came itself
+        self.gather(flight)
+        got = flight.got
         raw = [got[r][1] for r in range(self.world_size)]
         if all(b == raw[0] for b in raw):
             blame = 0 if self.world_size == 1 else None      # the same bad bytes from every rank
-            decoded = [self.decode(blame, expect, raw[0], step, sent)] * self.world_size
+            decoded = [self.decode(blame, expect, raw[0], flight)] * self.world_size
         else:
-            decoded = [self.decode(r, expect, raw[r], step, sent) for r in range(self.world_size)]
-        self.log_replies(dict(enumerate(decoded)))
+            decoded = [self.decode(r, expect, raw[r], flight) for r in range(self.world_size)]
+        self.recorder.replies(self.epoch, flight, dict(enumerate(decoded)))
         return {r: Reply(got[r][0], decoded[r]) for r in range(self.world_size)}
 
     def joined(self, step: int) -> None:
@@ -262,52 +285,55 @@ class RankChannel:
 
     def next_epoch(self) -> int:
         """A new epoch: replies of the old one are stale from now on (plans in flight too)."""
-        self._void_plans_out()
+        self.void_in_flight("the epoch ended")
         self.epoch += 1
         return self.epoch
 
+    def void_in_flight(self, why: str) -> None:
+        """The plans sent whose results will never be read (the epoch ends, or the run)."""
+        for flight in self.in_flight.values():
+            self.recorder.voided(self.epoch, flight, why)
+        self.in_flight.clear()
+
     # -- receiving ---------------------------------------------------------------------
 
-    def gather(self, expect: MsgType, step: int, sent_at: dict[int, float],
-               record: StepRecord | None, got: dict | None = None) -> dict[int, tuple[wire.Header, bytes]]:
-        """One reply of kind `expect` from every rank for `step`, or RankLost. The replies that
-        came before a failure are logged with it: the wire log holds every message that crossed.
-        `got`: replies already in (a plan sent ahead). The wait runs from the sending, or from
-        now for a plan sent ahead of the one before it (the ranks took that one first)."""
-        deadline = max(min(sent_at.values()), time.monotonic() if got is not None else 0.0) \
-            + self.step_timeout
-        if got is None:
-            got = {}
-        self._unlogged = (got, expect, step, record)     # until logged, by log_replies or a loss
-        self._gather(got, expect, step, sent_at, record, deadline)
-        return got
-
-    def _gather(self, got, expect, step, sent_at, record, deadline) -> None:
+    def gather(self, flight: Flight) -> None:
+        """One reply of kind `flight.expect` from every rank into `flight.got`, or RankLost. The
+        replies that came before a failure are logged with it: the wire log holds every message
+        that crossed. The wait runs from now: a plan sent ahead of the one before it is started
+        by the ranks only when they are done with that one."""
+        deadline = time.monotonic() + self.step_timeout
+        step, got = flight.step, flight.got
         while len(got) < self.world_size:
             dead, messages = self.wait(deadline)
-            for i, (frames, meta) in enumerate(messages):
-                try:
-                    self.take(frames, meta, expect, step, got, sent_at, record)
-                except RankLost:
-                    self._drop_rest(messages[i + 1:])   # what else came is logged, not lost
-                    raise
+            self._take_all(messages, flight)
             missing = [rank for rank in dead if rank not in got]
             if missing:
-                self._last_words(missing, got, expect, step, sent_at, record)
+                self._last_words(missing, flight)
             for rank in missing:
                 if rank not in got:
-                    raise self.lost(rank, step, "died", f"died before answering step {step}")
+                    raise self.lost(rank, step, "died", f"died before answering step {step}", flight=flight)
             if len(got) < self.world_size and time.monotonic() >= deadline:
                 silent = sorted(set(range(self.world_size)) - set(got))
                 raise self.lost(silent[0], step, "timeout",
                                 f"gave no answer to step {step} within {self.step_timeout:g} s",
-                                also=silent[1:])
+                                also=silent[1:], flight=flight)
 
-    def _last_words(self, ranks, got, expect, step, sent_at, record) -> None:
+    def _take_all(self, messages, flight: Flight) -> None:
+        for i, (frames, meta) in enumerate(messages):
+            try:
+                self.take(frames, meta, flight)
+            except RankLost:
+                self._drop_rest(messages[i + 1:])   # what else came is logged, not lost
+                raise
+
+    def _last_words(self, ranks, flight: Flight) -> None:
         """A rank's process can be seen gone a moment before ZeroMQ hands over what it sent just
         before it went. Its connection closes after the last of its bytes are read (a stream
         is in order), and the socket monitor says so: until then, at most LAST_WORDS_S, read
         on, so that a rank that answered and then died has answered."""
+        got = flight.got
+
         def settled() -> bool:
             return all(r in got or (r in self.members and self.members[r].fd is None)
                        or r not in self.members for r in ranks)
@@ -315,19 +341,17 @@ class RankChannel:
         while True:
             done = settled()
             _, messages = self.wait(time.monotonic() if done else min(until, time.monotonic() + 0.005))
-            for i, (frames, meta) in enumerate(messages):
-                try:
-                    self.take(frames, meta, expect, step, got, sent_at, record)
-                except RankLost:
-                    self._drop_rest(messages[i + 1:])
-                    raise
+            self._take_all(messages, flight)
             if done or time.monotonic() >= until:
                 return
 
-    def take(self, frames, meta, expect, step, got, sent_at, record) -> None:
+    def take(self, frames, meta, flight: Flight) -> None:
+        """One message, while `flight`'s replies are awaited: a reply to it, to a plan sent after
+        it (kept in that plan's flight), or one to drop, count and note."""
         rank = self.rank_of.get(frames[0])
         if rank is None:
             return self.stranger(frames, meta)
+        expect, step = flight.expect, flight.step
         timing = None
         try:
             frames, extra = self.without_timing(frames)
@@ -337,36 +361,20 @@ class RankChannel:
                 raise wire.WireError(f"a message of {len(frames) - 1} frame(s), not 2")
             header = wire.decode_header(frames[1])
         except wire.WireError as e:
-            self.log_broken(rank, step, expect, frames, str(e))
-            raise self.lost(rank, step, "protocol", f"broke the protocol: {e}") from None
+            self.recorder.broken(rank, self.epoch, step, expect, sum(map(len, frames[1:])), str(e))
+            raise self.lost(rank, step, "protocol", f"broke the protocol: {e}", flight=flight) from None
         if header.rank != rank:
             raise self.lost(rank, step, "protocol",
-                            f"broke the protocol: its message names rank {header.rank}")
+                            f"broke the protocol: its message names rank {header.rank}", flight=flight)
         current = header.type is expect and header.epoch == self.epoch and header.step == step
-        if rank in got or not current:
-            ahead = self._plans_out.get(header.step) if header.type is MsgType.RESULT \
+        into = flight
+        if rank in flight.got or not current:
+            into = self.in_flight.get(header.step) if header.type is MsgType.RESULT \
                 and header.epoch == self.epoch else None
-            if ahead is not None and ahead.got is not got and rank not in ahead.got:
-                ahead.got[rank] = (header, frames[2])       # a plan sent ahead: kept for its turn
-                self._account(rank, header, frames, timing, ahead.record, ahead.sent_at)
-                return
-            self.drop(rank, header, body=frames[2])
-            return
-        got[rank] = (header, frames[2])
-        self._account(rank, header, frames, timing, record, sent_at)
-
-    def _account(self, rank, header, frames, timing, record, sent_at) -> None:
-        """A reply taken: its bytes, its round trip and the rank's own times, as it came."""
-        totals = self.totals[rank]
-        totals.bytes_received += len(frames[2]) + len(frames[1])
-        if record is not None:
-            if timing is not None:
-                record.inside[rank] = timing
-            rtt = time.monotonic() - sent_at[rank]
-            record.rtt[rank] = rtt
-            record.result_bytes[rank] = len(frames[2])
-            totals.rtts.append(rtt)
-            totals.steps += 1
+            if into is None or into is flight or rank in into.got:
+                return self.drop(rank, header, body=frames[2])
+        into.got[rank] = (header, frames[2])     # a plan sent ahead: kept for its turn
+        self.recorder.taken(rank, len(frames[1]), len(frames[2]), into.record, into.sent_at[rank], timing)
 
     def _drop_rest(self, messages) -> None:
         """Members' replies that came in the same batch as a failure: dropped, counted, logged."""
@@ -388,13 +396,6 @@ class RankChannel:
         if len(frames) == 4 and self.timing:
             return frames[:3], frames[3]
         return frames, None
-
-    def log_broken(self, rank: int, step: int, expect: MsgType, frames: list[bytes], why: str) -> None:
-        """A member's message that does not decode, where a reply of kind `expect` was awaited:
-        logged as it came (its size, and why it is no message)."""
-        if self.log:
-            self.log.message("in", rank, self.epoch, step, expect.name, sum(map(len, frames[1:])),
-                             {"undecodable": why})
 
     def stranger(self, frames: list[bytes], meta: Meta | None, during: str = "") -> bool:
         """A message from a connection that holds no rank. A former member (or, with CURVE, a
@@ -428,30 +429,25 @@ class RankChannel:
     def drop(self, rank: int, header: wire.Header, when: str = "", body: bytes | None = None) -> None:
         """Count and note a reply that is not joined: a duplicate of one already taken, or stale.
         It crossed, so it is logged too (marked dropped), as it came."""
-        last = self.last_record
+        last = self.recorder.last_record
         seen = self._answered.get(rank) == (header.epoch, header.step, header.type) or (
             header.epoch == self.epoch and last is not None and header.step == last.step
             and rank in last.rtt)
         ahead = header.epoch > self.epoch or (
             header.epoch == self.epoch and last is not None and header.step > last.step)
         what = "duplicate" if seen else "future" if ahead else "stale"
-        self.totals[rank].dropped += 1
-        if self.totals[rank].dropped > NOTED_PER_PEER:
-            return                     # counted: a member gets the quota strangers get
-        if self.log and body is not None:
-            self.log.message("in", rank, header.epoch, header.step, header.type.name, len(body),
-                             _for_log(header.type, body), dropped=what)
-        self.note(rank, f"dropped a {what} {header.type.name} from rank {rank} "
-                        f"(epoch {header.epoch}, step {header.step}){' ' + when if when else ''}")
+        self.recorder.dropped(rank, self.epoch, header, body, what,
+                              f"dropped a {what} {header.type.name} from rank {rank} "
+                              f"(epoch {header.epoch}, step {header.step}){' ' + when if when else ''}")
 
-    def decode(self, rank: int | None, kind: MsgType, body: bytes, step: int,
-               sent: wire.SentPlan | None = None):
+    def decode(self, rank: int | None, kind: MsgType, body: bytes, flight: Flight):
         try:
-            if kind is MsgType.RESULT and sent is not None:
-                return wire.decode_result(body, sent)
+            if kind is MsgType.RESULT and flight.against is not None:
+                return wire.decode_result(body, flight.against)
             return wire.decode_body(kind, body)
         except wire.WireError as e:
-            raise self.lost(rank, step, "protocol", f"sent a malformed {kind.name}: {e}") from None
+            raise self.lost(rank, flight.step, "protocol", f"sent a malformed {kind.name}: {e}",
+                            flight=flight) from None
 
     def _poll(self, deadline: float) -> dict:
         """The poller's events by `deadline`. With `spin_s`, first a bounded spin without
@@ -557,8 +553,7 @@ class RankChannel:
             if quiet or found_later:
                 return
             raise self.lost(rank, step, "unreachable", "cannot be reached") from None
-        self.totals[rank].bytes_sent += len(header) + len(body)
-        self.log_message("out", rank, kind, step, len(body), decoded)
+        self.recorder.sent(rank, self.epoch, step, kind, len(header), len(body), decoded)
 
     def refuse(self, ident: bytes, reason: str, host: str = "") -> None:
         """Tell a peer why it is turned away (it exits), and note it: the first few times per
@@ -579,96 +574,43 @@ class RankChannel:
 
     # -- saying what happened ----------------------------------------------------------
 
-    def lost(self, rank: int | None, step: int, reason: str, what: str, also=()) -> RankLost:
-        """A RankLost blamed on `rank` (and the ranks `also`; None: every rank alike), logged."""
+    def lost(self, rank: int | None, step: int, reason: str, what: str, also=(),
+             flight: Flight | None = None) -> RankLost:
+        """A RankLost blamed on `rank` (and the ranks `also`; None: every rank alike), recorded
+        after what did come back for `flight`, the round it broke."""
         detail = ""
         if rank is not None and reason in ("died", "unreachable"):
             detail = self.explain(rank)
             if not detail and rank in self.members and rank in self._dead:
                 detail = " (its connection closed)"
-        who = ("every rank" if rank is None else f"rank {rank}" if not also
-               else "ranks " + ", ".join(map(str, (rank, *also))))
-        message = f"{who} {what}{detail}"
-        if self.last_record is not None and self.last_record.step == step:
-            self.last_record.verdict = f"{who} lost ({reason})"
+        message = f"{who_of(rank, also)} {what}{detail}"
         ranks = tuple(range(self.world_size)) if rank is None else (rank, *also)
         self.blamed.update(ranks)
         step = None if step < 0 else step
-        self.log_replies({})          # what did come back for the failed attempt, first
-        if self.log:
-            self.log.event("rank-lost", rank=rank, ranks=list(ranks), step=step, epoch=self.epoch,
-                           reason=reason, message=message)
-        return RankLost(message, step=step, rank=rank, epoch=self.epoch, reason=reason, ranks=ranks)
-
-    def member_drops(self) -> dict[int, int]:
-        """Per rank, its replies dropped (stale, future, duplicate)."""
-        return {r: t.dropped for r, t in self.totals.items() if t.dropped}
+        if flight is not None:
+            self.recorder.replies(self.epoch, flight, {})
+        err = RankLost(message, step=step, rank=rank, epoch=self.epoch, reason=reason, ranks=ranks)
+        self.recorder.lost(err, step, self.epoch)
+        return err
 
     def turned_away_summary(self) -> str | None:
-        return self.gate.summary(self.member_drops())
-
-    def log_turned_away(self) -> None:
-        self.gate.log_counts(self.log, self.member_drops())
+        return self.gate.summary(self.recorder.member_drops())
 
     def note(self, rank: int | None, text: str) -> None:
-        if self.last_record is not None:
-            self.last_record.notes.append(text)
-        if self.log:
-            self.log.event("note", rank=rank, epoch=self.epoch, text=text)
-
-    def log_message(self, direction: str, rank: int, kind: MsgType, step: int, num_bytes: int,
-                    body) -> None:
-        if self.log:
-            self.log.message(direction, rank, self.epoch, step, kind.name, num_bytes, body)
-
-    def log_replies(self, decoded: dict[int, object]) -> None:
-        """Log the replies of the last gather, once: `decoded` by rank where the caller decoded
-        them (the others are decoded here, for the log only)."""
-        pending, self._unlogged = self._unlogged, None
-        if pending is None or not self.log:
-            return
-        got, kind, step, record = pending
-        came = (lambda r: record.sent[r] + record.rtt[r]) if record is not None else (lambda r: r)
-        for r in sorted(got, key=came):             # in the order they came
-            self.log_reply(r, kind, step, got[r][1], decoded.get(r), record)
-
-    def log_reply(self, rank: int, kind: MsgType, step: int, body: bytes, decoded,
-                  record: StepRecord | None, **more) -> None:
-        """A reply that crossed, at the time it came: for a RESULT also when its plan went
-        out, the round trip, and the rank's own times. `decoded` None: decoded here for the
-        log only (a reply of a failed attempt; one that does not decode is logged as such)."""
-        if not self.log:
-            return
-        if decoded is None:
-            decoded = _for_log(kind, body)
-        extra = {}
-        t = None
-        if record is not None and rank in record.rtt:
-            sent, rtt = record.sent[rank], record.rtt[rank]
-            t = sent + rtt
-            extra = {"sent": round(sent, 6), "rtt": round(rtt, 6)}
-            if rank in record.inside:
-                extra["inside"] = [round(x, 6) for x in record.inside[rank]]
-        self.log.message("in", rank, self.epoch, step, kind.name, len(body), decoded, t=t, **extra, **more)
-
-    def _void_plans_out(self) -> None:
-        """The replies kept for plans sent ahead whose results will never be read (the epoch
-        ends, or the run): they crossed, so they are logged, marked void, at the time they came."""
-        for out in self._plans_out.values():
-            record = out.record
-            for r in sorted(out.got, key=lambda r: record.sent[r] + record.rtt[r]):
-                self.log_reply(r, out.expect, out.step, out.got[r][1], None, record, dropped="void")
-                self.totals[r].steps -= 1             # taken, never joined: dropped after all
-                self.totals[r].dropped += 1
-        self._plans_out.clear()
+        self.recorder.note(rank, self.epoch, text)
 
 
-def _for_log(kind: MsgType, body: bytes):
-    """A reply decoded for the wire log only (one that does not decode is logged as such)."""
-    try:
-        return wire.decode_body(kind, body)
-    except wire.WireError as e:
-        return {"undecodable": str(e)}
+def who_of(rank: int | None, also=()) -> str:
+    """Who a loss is blamed on, in words."""
+    if rank is None:
+        return "every rank"
+    return f"rank {rank}" if not also else "ranks " + ", ".join(map(str, (rank, *also)))
+
+
+def lost_verdict(err: RankLost) -> str:
+    """An attempt's verdict when a rank was lost."""
+    rank, *also = err.ranks if err.rank is not None else (None,)
+    return f"{who_of(rank, also)} lost ({err.reason})"
 
 
 def peer_label(ident: bytes, meta: Meta | None, host: str = "") -> str:

@@ -24,7 +24,8 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Iterator
 
-from inferris_dist.engine import EngineError, Workload, load_workload
+from inferris_dist.engine import Workload, load_workload
+from inferris_dist.observe.recorder import Recorder
 from inferris_dist.observe.records import WireLog
 from inferris_dist.protocol.faults import parse_faults
 from inferris_dist.scheduler.group import ProcessGroup
@@ -56,17 +57,17 @@ def launch(workload: Workload | dict | str | Path, world_size: int | None = None
             log = WireLog(own_stream)
         else:
             log = WireLog(options.wire_log)
-    if log is not None:
-        cfg = workload.config
-        log.event("run", name=options.name, world_size=n, rung=options.rung, policy=options.on_rank_loss,
-                  faults=[f.text for f in fault_list],
-                  config={k: getattr(cfg, k) for k in ("max_step_tokens", "page_size", "num_pages",
-                                                       "spec_len", "world_size")},
-                  requests=len(workload.requests), scheduler_pid=os.getpid(), listen=options.listen,
-                  shared_clock=options.listen is None)
+    recorder = Recorder(n, log, options.timeline, shared_clock=options.listen is None)
+    cfg = workload.config
+    recorder.run(name=options.name, world_size=n, rung=options.rung, policy=options.on_rank_loss,
+                 faults=[f.text for f in fault_list],
+                 config={k: getattr(cfg, k) for k in ("max_step_tokens", "page_size", "num_pages",
+                                                      "spec_len", "world_size")},
+                 requests=len(workload.requests), scheduler_pid=os.getpid(), listen=options.listen,
+                 shared_clock=options.listen is None)
     engine, ended = None, None
     try:
-        with ProcessGroup(workload, options, log) as group:
+        with ProcessGroup(workload, options, recorder) as group:
             engine = DistributedEngine(workload, group, options)
             try:
                 yield engine
@@ -77,22 +78,6 @@ def launch(workload: Workload | dict | str | Path, world_size: int | None = None
         ended = ended or e
         raise
     finally:
-        if log is not None:
-            _log_end(log, engine, ended)
+        recorder.end(ended, engine.step_id if engine is not None else 0)
         if own_stream is not None:
             own_stream.close()
-
-
-def _log_end(log: WireLog, engine: DistributedEngine | None, ended: BaseException | None) -> None:
-    """The wire log's last line: how the run ended (after every worker was stopped)."""
-    if ended is None:
-        error = None
-    elif isinstance(ended, EngineError):
-        error = ended.to_json()
-    else:
-        error = {"error": type(ended).__name__, "message": str(ended)}
-    try:
-        log.event("end", status="ok" if ended is None else "failed", error=error,
-                  steps=engine.step_id if engine is not None else 0)
-    except OSError:
-        pass                    # the log's own failure is reported where it is closed

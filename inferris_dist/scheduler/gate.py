@@ -25,11 +25,12 @@ from typing import Iterator
 import zmq
 from zmq.utils import z85
 
+from inferris_dist.observe.recorder import NOTED_PER_RANK
 from inferris_dist.protocol.monitor import monitor_event
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 ZAP_DOMAIN = b"inferris-dist"
-NOTED_PER_PEER = 5             # refusals noted in full per peer address; the rest are counted
+NOTED_PER_PEER = NOTED_PER_RANK   # refusals noted in full per peer address (a member's drops too)
 MAX_PEERS_TRACKED = 256        # distinct addresses counted one by one; beyond, as "other"
 MONITOR_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
                   | zmq.EVENT_DISCONNECTED | zmq.EVENT_ACCEPT_FAILED | zmq.EVENT_ACCEPTED)

@@ -3,8 +3,10 @@
 Each step the plan is encoded once and sent to every rank over the channel;
 the group gathers one RESULT per rank under the step deadline (a death or a
 closed connection is seen at once, not at the deadline), then joins the N
-answers with engine's exact-agreement rule. Lockstep: `execute` returns (or
-raises) before the next plan can go out.
+answers with engine's exact-agreement rule. `submit` returns the plan's
+flight, which the engine holds until it hands it to `collect`: at `full` one
+flight is out at a time; at `overlap` the next plan goes out before the one
+before it is collected. Everything that happens is told to the recorder.
 
 The group holds a channel (the socket and who is rank R on it) and a way of
 getting members: workers it spawns on this host (the default), or workers
@@ -19,7 +21,6 @@ import secrets
 import signal
 import threading
 import time
-from collections import deque
 from pathlib import Path
 from typing import Sequence
 
@@ -37,12 +38,13 @@ from inferris_dist.engine.errors import MachineFailure, ShardDivergence
 from inferris_dist.engine.group import accept_scripts
 from inferris_dist.engine.shard import SlotStore, first_mismatch
 from inferris_dist.launcher import Template, make_run_dir, remove_run_dir
-from inferris_dist.observe.records import StepRecord, WireLog
+from inferris_dist.observe.recorder import Recorder
+from inferris_dist.observe.records import StepRecord
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.faults import parse_faults
 from inferris_dist.protocol.keys import ServerKeys
 from inferris_dist.protocol.wire import MsgType
-from inferris_dist.scheduler.channel import RankChannel
+from inferris_dist.scheduler.channel import Flight, RankChannel, lost_verdict
 from inferris_dist.scheduler.gate import DESCRIPTORS_PER_RANK, raise_descriptor_limit
 from inferris_dist.scheduler.handshake import Admission
 from inferris_dist.scheduler.members import External, Spawned
@@ -56,17 +58,19 @@ MAX_IPC_PATH = 100       # sun_path holds 108 bytes
 
 class ProcessGroup:
     def __init__(self, workload: Workload, options: LaunchOptions | None = None,
-                 wire_log: WireLog | None = None):
+                 recorder: Recorder | None = None):
         """The group for `workload` as `options` say (world size, timeouts, faults, where the
-        members come from); `wire_log`: where every message that crosses is written."""
+        members come from); `recorder`: told everything that crosses and happens (default:
+        one that keeps the step records and totals, and feeds `options.timeline`)."""
         options = options or LaunchOptions()
         cfg = workload.config
         self.options = options
         self.world_size = options.world_size or cfg.world_size
-        self.channel = RankChannel(self.world_size, options.step_timeout, wire_log,
-                                   timing=options.timeline is not None or wire_log is not None,
+        if recorder is None:
+            recorder = Recorder(self.world_size, None, options.timeline, shared_clock=options.listen is None)
+        self.recorder = recorder
+        self.channel = RankChannel(self.world_size, options.step_timeout, recorder,
                                    spin_s=spin_seconds(options.spin_us, self.world_size))
-        self.log = wire_log
         check_fits(workload)
         self.max_frame = frame_cap(workload)
         self.num_pages, self.page_size = cfg.num_pages, cfg.page_size
@@ -76,9 +80,6 @@ class ProcessGroup:
         self.last_planned: int | None = None   # the step of the last plan sent
         self.keys = ServerKeys.load(options.keys, self.world_size) if options.keys is not None else None
         self.secret = secrets.token_bytes(32)
-        self.attempts: deque[StepRecord] = deque(maxlen=64)   # since take_attempts()
-        self._out: deque = deque()         # (plan, its Round or the RankLost of sending it), in order
-        self.answered_failed: set[int] | None = None   # ranks that answered a step lost on the wire
         self.log_dir: Path | None = None
         if options.listen is None:
             self.members = None           # Spawned, made in start() with the log directory
@@ -89,8 +90,9 @@ class ProcessGroup:
     # what the channel knows, as the group's own
     address = property(lambda self: self.channel.address)
     epoch = property(lambda self: self.channel.epoch)
-    totals = property(lambda self: self.channel.totals)
-    last_record = property(lambda self: self.channel.last_record)
+    totals = property(lambda self: self.recorder.totals)
+    last_record = property(lambda self: self.recorder.last_record)
+    wire_log = property(lambda self: self.recorder.log)
 
     @property
     def external(self) -> bool:
@@ -162,23 +164,23 @@ class ProcessGroup:
             return f"{self.options.bind}:0"
         return f"ipc://{socket_path(self.log_dir, 's', MAX_IPC_PATH)}"
 
-    def _admit(self, ranks: Sequence[int], shard: list, step: int) -> list[int]:
+    def _admit(self, ranks: Sequence[int], shard: list, step: int,
+               answered: frozenset | None = None) -> list[int]:
         """Admit members for `ranks`; during a restart (step >= 0) a member of another rank
         lost while we wait is replaced in the same window. Returns every rank admitted."""
         timeout, never_came = self.members.start(ranks)
         also_lost = self._also_lost if step >= 0 else None
         admission = Admission(self.channel, ranks, self.members,
-                              lambda rank: self._config(rank, shard, step), step, timeout, never_came,
-                              also_lost)
+                              lambda rank: self._config(rank, shard, step, answered), step, timeout,
+                              never_came, also_lost)
         started = time.monotonic()
         joined = False
         try:
             admission.run()
             joined = True
         finally:
-            if self.log and step >= 0 and self.external:
-                self.log.event("rejoin-wait", t=started, ranks=sorted(admission.ranks),
-                               dur=round(time.monotonic() - started, 6), joined=joined)
+            if step >= 0 and self.external:          # a wait for members someone else starts
+                self.recorder.rejoin_wait(started, sorted(admission.ranks), joined)
         return sorted(admission.ranks)
 
     def _also_lost(self, rank: int) -> None:
@@ -187,18 +189,17 @@ class ProcessGroup:
         detail = self.channel.explain(rank) or " (its connection closed)"
         text = f"rank {rank} was lost too while replacing others{detail}: replaced in the same window"
         self.channel.note(rank, text)
-        if self.log:
-            self.log.event("rank-lost", rank=rank, ranks=[rank], step=None, epoch=self.epoch,
-                           reason="died", message=f"rank {rank} was lost while others were replaced{detail}")
+        self.recorder.lost_meanwhile(rank, self.epoch,
+                                     f"rank {rank} was lost while others were replaced{detail}")
         with _interrupts_held():
             self.members.retire([rank])
         self.members.start([rank])
 
-    def _config(self, rank: int, shard: list, step: int) -> wire.Config:
+    def _config(self, rank: int, shard: list, step: int, answered: frozenset | None) -> wire.Config:
         # One-shots fire once. With overlap scheduling the plan after the failed step went out
-        # too: a member that answered the failed step went on to the next plan (its fault
-        # there fired: it may be what failed), one that did not never reached it.
-        answered = self.answered_failed
+        # too: a member that answered the failed step (`answered`: None when every rank did)
+        # went on to the next plan (its fault there fired: it may be what failed), one that
+        # did not never reached it.
         if self.last_planned is not None and (answered is None or rank in answered):
             step = max(step, self.last_planned)
         faults = [f.text for f in self.faults
@@ -212,7 +213,6 @@ class ProcessGroup:
         Ctrl-C must not leave orphans behind.
         """
         with _interrupts_held():
-            self.forget_sent("the run ended")
             if self.members is not None:
                 self.members.close()
             self.channel.close()
@@ -234,99 +234,87 @@ class ProcessGroup:
         """Ranks known to be gone (process exited or connection closed)."""
         return self.channel.dead_ranks | self.members.dead()
 
-    def restart(self, ranks: Sequence[int], shard: list, step: int,
-                policy: str = "") -> tuple[list[int], list[int]]:
+    def restart(self, ranks: Sequence[int], shard: list, step: int, policy: str = "",
+                answered: frozenset | None = None) -> tuple[list[int], list[int]]:
         """Replace the members of `ranks` with new ones in a new epoch; returns their pids.
 
         Spawned workers are killed and started afresh; members we did not start are
         told to exit and we wait for replacements to join. Each new member starts
         from `shard` (a snapshot of the control plane's pool, or [] for an empty
-        shard) and gets the faults not yet spent. A member of another rank lost
-        meanwhile is replaced too; returns the ranks replaced and their new pids.
+        shard) and gets the faults not yet spent (`answered`: who answered the step
+        that failed on the wire). A member of another rank lost meanwhile is replaced
+        too; returns the ranks replaced and their new pids.
         """
         self.channel.next_epoch()
         with _interrupts_held():
             self.members.retire(ranks)
-        if self.log:
-            self.log.event("restart", ranks=list(ranks), epoch=self.epoch, step=step,
-                           shard_pages=len(shard), policy=policy)
-        ranks = self._admit(ranks, shard, step)
+        self.recorder.restart(list(ranks), self.epoch, step, len(shard), policy)
+        ranks = self._admit(ranks, shard, step, answered)
         return ranks, [self.channel.members[r].pid for r in ranks]
 
     # -- the seam ----------------------------------------------------------------------
 
     def execute(self, plan: ExecutionPlan) -> ExecutionResult:
-        self.submit(plan)
-        return self.collect(plan)
+        return self.collect(self.submit(plan))
 
-    # Overlap scheduling: a plan may be sent while the one before it executes; the ranks take
-    # them in the order sent, and results are collected in that order.
-    def submit(self, plan: ExecutionPlan) -> None:
-        """Send the plan to every rank. A rank that cannot be reached is reported when the
-        plan's results are collected (the step fails there, as any other loss)."""
+    def submit(self, plan: ExecutionPlan) -> Flight:
+        """Send the plan to every rank; its flight, to collect. A rank that cannot be reached
+        is reported when the flight is collected (the step fails there, as any other loss)."""
         self.last_planned = plan.step
         if self.unfired:
             self.unfired = [f for f in self.unfired if not f.fires(plan.step)]
-        record = StepRecord(plan.step, self.epoch, 0)
-        self.attempts.append(record)
+        record = self._attempt(plan.step)
+        return self.channel.send_round(MsgType.PLAN, MsgType.RESULT, plan.step, plan, record)
+
+    def resend(self, flight: Flight) -> None:
+        """Send a flight again, in the epoch a restart began: the same plan, a new attempt."""
+        self.channel.resend(flight, self._attempt(flight.step))
+
+    def _attempt(self, step: int) -> StepRecord:
+        record = StepRecord(step, self.epoch, 0)
+        self.recorder.started(record)
+        return record
+
+    def collect(self, flight: Flight) -> ExecutionResult:
+        """Every rank's result for `flight`, joined; the attempt's verdict is recorded either way."""
+        record = flight.record
         try:
-            out = self.channel.send_round(MsgType.PLAN, MsgType.RESULT, plan.step, plan, record)
+            if flight.failure is not None:
+                raise flight.failure
+            try:
+                got = self.channel.receive_round(flight)
+            except RankLost:
+                flight.answered = frozenset(flight.got)     # who answered the step that failed
+                raise
+            results = [RankExecutionResult(got[r].header.rank, got[r].header.world_size,
+                                           got[r].header.step, got[r].body) for r in range(self.world_size)]
+            try:
+                joined = join(results, self.world_size, flight.step)
+            except EngineError as e:
+                e.epoch = self.epoch
+                self.recorder.step_failed(e, flight.step, self.epoch)
+                raise
         except RankLost as e:
-            out = e
-        self._out.append((plan, out))
-
-    def forget_sent(self, why: str = "the epoch ended") -> None:
-        """After a failure: the plans in flight are void (the epoch moved on); the control
-        plane sends them again (restore) or plans again (recompute). An attempt whose results
-        were never read says so."""
-        for _, out in self._out:
-            if not isinstance(out, RankLost) and not out.record.verdict:
-                record = out.record
-                record.verdict = f"void (sent ahead; {why})"
-                if self.log:
-                    self.log.event("attempt", step=record.step, epoch=record.epoch, verdict=record.verdict,
-                                   plan_bytes=record.plan_bytes)
-        self._out.clear()
-
-    def collect(self, plan: ExecutionPlan) -> ExecutionResult:
-        sent, out = self._out.popleft()
-        if sent is not plan:
-            raise RuntimeError(f"results collected out of order: step {plan.step}, sent {sent.step}")
-        if isinstance(out, RankLost):
-            raise out
-        record = out.record
-        self.answered_failed = None
-        try:
-            got = self.channel.receive_round(out)
-        except RankLost:
-            self.answered_failed = set(out.got)     # who answered the step that failed
+            record.verdict = lost_verdict(e)
             raise
-        results = [RankExecutionResult(got[r].header.rank, got[r].header.world_size, got[r].header.step,
-                                       got[r].body) for r in range(self.world_size)]
-        try:
-            joined = join(results, self.world_size, plan.step)
         except EngineError as e:
-            e.epoch = self.epoch
             record.verdict = e.kind
-            if self.log:
-                self.log.event("step-failed", kind=e.kind, ranks=list(e.ranks), step=plan.step,
-                               epoch=self.epoch, message=e.message)
             raise
-        record.verdict = "joined"
-        self.channel.joined(plan.step)
-        return joined
+        else:
+            record.verdict = "joined"
+            self.channel.joined(flight.step)
+            return joined
+        finally:
+            self.recorder.attempt(record)
 
     def take_attempts(self) -> list[StepRecord]:
         """The attempts since the last call, but those of a plan still in flight (overlap: the
         next step's plan went out; its attempt is taken with its own step)."""
-        out = {id(out.record) for _, out in self._out if not isinstance(out, RankLost)}
-        attempts = [a for a in self.attempts if id(a) not in out]
-        self.attempts = deque((a for a in self.attempts if id(a) in out), maxlen=self.attempts.maxlen)
-        return attempts
+        return self.recorder.take_attempts(f.record for f in self.channel.in_flight.values())
 
     def audit(self, held: SlotStore, step: int) -> None:
         """Every rank's shard must hold every slot the control plane's pool holds."""
-        got = self.channel.exchange(MsgType.AUDIT, MsgType.SHARD, step, (), None)
+        got = self.channel.exchange(MsgType.AUDIT, MsgType.SHARD, step, ())
         for rank in range(self.world_size):
             miss = first_mismatch(held, dict(got[rank].body))
             if miss is not None:
@@ -335,12 +323,9 @@ class ProcessGroup:
                     f"rank {rank}'s shard diverges at page {page} offset {offset}: the pool holds "
                     f"{_slot(want)}, the shard holds {_slot(have)}",
                     step, rank=rank, epoch=self.epoch)
-                if self.log:
-                    self.log.event("audit-failed", rank=rank, step=step, epoch=self.epoch,
-                                   page=page, offset=offset, message=err.message)
+                self.recorder.audit_failed(err, page, offset)
                 raise err
-        if self.log:
-            self.log.event("audit", step=step, epoch=self.epoch)
+        self.recorder.audit(step, self.epoch)
 
 
 SPIN_US = 2000    # how long the scheduler spins for an answer before it sleeps (a free core only)

@@ -105,7 +105,7 @@ class Admission:
             self.hello(ident, header, body, meta or Meta("", "", None), len(frames[2]))
         elif header.type is MsgType.READY:
             self.ready.add(rank)
-            channel.log_message("in", rank, header.type, header.step, len(frames[2]), ())
+            channel.recorder.received(rank, channel.epoch, header.step, header.type, len(frames[2]), ())
         else:
             self.refuse(ident, meta, f"unexpected {header.type.name} during the handshake")
 
@@ -130,7 +130,7 @@ class Admission:
         channel.admit(Member(rank, channel.epoch, ident, self.vetting.proof, hello.pid, meta.host,
                              meta.fd, self.vetting.replaceable))
         self.configured.add(rank)
-        channel.log_message("in", rank, header.type, header.step, num_bytes, hello)
+        channel.recorder.received(rank, channel.epoch, header.step, header.type, num_bytes, hello)
         config = self.configure(rank)
         try:
             channel.send(rank, MsgType.CONFIG, max(self.step, 0),

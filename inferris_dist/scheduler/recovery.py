@@ -18,8 +18,6 @@ coming back exhausts `max_restarts` and ends as abort does.
 """
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -33,7 +31,6 @@ from inferris_dist.engine import (
     Workload,
 )
 from inferris_dist.engine.errors import ShardDivergence
-from inferris_dist.observe.metrics import step_counters
 from inferris_dist.protocol.faults import POLICIES
 from inferris_dist.scheduler.group import ProcessGroup
 from inferris_dist.scheduler.options import LaunchOptions
@@ -65,15 +62,13 @@ class DistributedEngine(Engine):
         if options.on_rank_loss not in POLICIES:
             raise ValueError(f"unknown policy {options.on_rank_loss!r}")
         self.group = group
+        self.recorder = group.recorder
         self.audit_every = options.audit_every
         self.policy = options.on_rank_loss
         self.max_restarts = options.max_restarts
         self.num_restarts = 0
         self.recoveries: list[Recovery] = []       # since take_recoveries()
         self._preempted_between_steps: list[str] = []  # by a recompute after an audit: shown next step
-        self.timeline = options.timeline           # a Timeline, to record where the time went
-        if self.timeline is not None:
-            self.timeline.shared_clock = not group.external   # ranks on this host read our clock
         self._idle_from: int | None = None         # the first step of the idle stretch we are in
 
     def run(self) -> Iterator[StepTrace]:
@@ -88,36 +83,34 @@ class DistributedEngine(Engine):
         self.audit(self.step_id - 1)
 
     def idle_step(self) -> StepTrace:
-        """No plan crosses: the scheduler answers an empty one itself (one wire-log event per
-        stretch of such steps)."""
+        """No plan crosses: the scheduler answers an empty one itself (one record per stretch
+        of such steps)."""
         if self._idle_from is None:
             self._idle_from = self.step_id
         return super().idle_step()
 
     def _end_idle(self) -> None:
-        if self._idle_from is not None and self.group.log:
-            self.group.log.event("idle", first=self._idle_from, last=self.step_id - 1,
-                                 text="empty plans, answered by the scheduler: no round trip")
+        if self._idle_from is not None:
+            self.recorder.idle(self._idle_from, self.step_id - 1)
         self._idle_from = None
 
     def take_recoveries(self) -> list[Recovery]:
         recoveries, self.recoveries = self.recoveries, []
         return recoveries
 
+    # -- one step: prepare and send, then collect and commit, recovering what fails ---------
+
     def step(self) -> StepTrace:
-        """The engine's step on processes: the plan sent, then `finish` (the result collected
-        and committed, recovering what fails); at `overlap` the engine's own overlapped step,
-        with the same `finish`. The committed step goes to the wire log."""
+        """The engine's step on processes: the plan sent, then `finish`; at `overlap` the
+        engine's own overlapped step, with the same `finish`."""
         self._end_idle()
         if self._overlap:
             trace = self.overlapped_step()
         else:
             with self.phase("prepare", self.next_step):
-                prepared = self.prepare()
-                self.group.submit(prepared.plan)
+                prepared = self.dispatch(self.prepare())
             trace = self.finish(prepared)
-        if self.group.log:
-            self._log_step(trace)
+        self.recorder.committed(self, trace, self.group.epoch)
         return trace
 
     def prepare(self):
@@ -129,16 +122,12 @@ class DistributedEngine(Engine):
         return prepared
 
     def finish(self, prepared) -> StepTrace:
-        """Collect and commit, recovering a failure with the plans in flight (at `overlap` the
-        next step's is one: restore sends both again in the new epoch, recompute withdraws it
-        and plans this step again)."""
+        """Collect `prepared`'s flight and commit it; a failure is recovered by the policy, with
+        the plans in flight (at `overlap` the next step's is one), and the step collected again."""
         while True:
             try:
-                try:
-                    with self.phase("execute", prepared.step):
-                        result = self.group.collect(prepared.plan)
-                finally:
-                    self._log_attempt(prepared.step)
+                with self.phase("execute", prepared.step):
+                    result = self.group.collect(prepared.flight)
                 with self.phase("commit", prepared.step):
                     return self.commit(prepared, result)
             except RECOVERABLE as err:
@@ -149,52 +138,7 @@ class DistributedEngine(Engine):
                     prepared = self._recover_sent(err, prepared)
 
     def phase(self, name: str, step: int):
-        return self._phase(name, step) if (self.timeline is not None or self.group.log) else _NOTHING
-
-    def _log_attempt(self, step: int) -> None:
-        record = self.group.last_record
-        if record is not None and record.step == step:
-            if self.timeline is not None:
-                self.timeline.attempt(record)
-            if self.group.log:
-                self.group.log.event("attempt", step=record.step, epoch=record.epoch,
-                                     verdict=record.verdict or "failed", plan_bytes=record.plan_bytes)
-
-    def _recover_sent(self, err: EngineError, current, in_audit: bool = False):
-        """Recover with `current`'s plan sent (and at `overlap` maybe the step ahead's, in
-        `_ahead`); returns the step to collect next, its plan sent. `in_audit`: the failure was
-        found by the audit after the step before `current`."""
-        again = self._recover(err, current, in_audit)
-        self.group.forget_sent()
-        if again is current:                   # restore: the same plans, in order, new epoch
-            self.group.submit(current.plan)
-            if self._ahead is not None:
-                self.group.submit(self._ahead.plan)
-        elif self._overlap:                    # recompute: planned again, nothing ahead of it
-            self.send(again)
-            self.assume(again)
-        else:
-            self.group.submit(again.plan)
-        return again
-
-    @contextmanager
-    def _phase(self, phase: str, step: int):
-        """A scheduler phase, timed: a span on the timeline and a `phase` event in the wire log."""
-        start = time.monotonic()
-        try:
-            yield
-        finally:
-            took = time.monotonic() - start
-            if self.timeline is not None:
-                self.timeline.add_span("scheduler", f"{phase} {step}", start, took)
-            if self.group.log:
-                self.group.log.event("phase", t=start, phase=phase, step=step, dur=round(took, 6))
-
-    def _log_step(self, trace: StepTrace) -> None:
-        """The committed step in the wire log: its trace and the counters after it (what a
-        page draws without re-running the engine)."""
-        self.group.log.event("step", step=trace.step, epoch=self.group.epoch,
-                             trace=self.trace_json(trace), counters=step_counters(self, trace))
+        return self.recorder.phase(name, step)
 
     def audit(self, step: int) -> None:
         """Every rank's shard against the pool; a divergent rank is recovered like a lost one."""
@@ -207,10 +151,29 @@ class DistributedEngine(Engine):
                 else:                          # overlap: the next step's plan is in flight
                     self._recover_sent(err, self._in_flight, in_audit=True)
 
+    # -- recovery: the budget, then the policy ----------------------------------------------
+
+    def _recover_sent(self, err: EngineError, current, in_audit: bool = False):
+        """Recover with `current`'s plan sent (and at `overlap` maybe the step ahead's too);
+        returns the step to collect next, its plan sent. `in_audit`: the failure was found by
+        the audit after the step before `current`."""
+        again = self._recover(err, current, in_audit)
+        if again is current:                   # restore: the same plans, in order, new epoch
+            self.group.resend(current.flight)
+            if self._ahead is not None:
+                self.group.resend(self._ahead.flight)
+            return current
+        if self._overlap:                      # recompute: planned again, nothing ahead of it
+            again = self.send(again)
+            self.assume(again)
+            return again
+        return self.dispatch(again)
+
     def _recover(self, err: EngineError, prepared, in_audit: bool = False):
-        """Restart what failed. The budget counts recoveries: one recovery may try again when
-        a replacement we started dies on the way up (within the same budget of tries), but a
-        window that passes without a replacement joining ends the run, naming the first loss."""
+        """Restart what failed, as the policy says. The budget counts recoveries: one recovery
+        may try again when a replacement we started dies on the way up (within the same budget
+        of tries), but a window that passes without a replacement joining ends the run, naming
+        the first loss."""
         if self.policy == "abort":
             raise err
         if self.num_restarts >= self.max_restarts:
@@ -233,6 +196,8 @@ class DistributedEngine(Engine):
                 err = again
 
     def _restart_after(self, err: EngineError, prepared, in_audit: bool = False):
+        """Replace the ranks `err` blames (every rank, when none can be blamed) by the policy;
+        returns the step to send again."""
         blamed = isinstance(err, (RankLost, ShardDivergence)) and err.rank is not None
         if blamed:
             # every rank found dead by now goes too (a fault on all ranks is one recovery, not N),
@@ -240,35 +205,36 @@ class DistributedEngine(Engine):
             ranks = sorted({*err.ranks} | self.group.dead_ranks() | self.group.without_member())
         else:
             ranks = list(range(self.group.world_size))
-        failed_epoch = self.group.epoch
         in_audit = in_audit or prepared is None
         step = err.step if in_audit else prepared.step
-        preempted: list[str] = []
-        if self.policy == "restore":
-            shard = self.pool.slots.snapshot()
-            ranks, pids = self.group.restart(ranks, shard, step, self.policy)
-            pages = len(shard)
-        else:
-            ranks, pids = self.group.restart(ranks, [], step, self.policy)
-            pages = 0
-            if prepared is not None:
-                before = set(prepared.preempted)
-                if self._overlap:
-                    prepared = self.withdraw_in_flight(prepared)
-                prepared = self.replan_without_pages(prepared)
-                preempted = [r for r in prepared.preempted if r not in before]
-            else:
-                preempted = self.drop_all_pages()
-                self._preempted_between_steps += preempted
-        self.recoveries.append(Recovery(step, failed_epoch, err.kind, err.rank, err.message,
-                                        self.policy, tuple(ranks), tuple(pids), pages,
-                                        tuple(preempted), in_audit=in_audit,
-                                        hosts=self.group.hosts_of(ranks)))
-        if self.timeline is not None:
-            self.timeline.instant(f"{self.policy}: {err.kind}", step=step, epoch=failed_epoch,
-                                  ranks=list(ranks), message=err.message)
+        answered = None if in_audit or prepared.flight is None else prepared.flight.answered
+        restart = self._restore if self.policy == "restore" else self._recompute
+        failed_epoch = self.group.epoch
+        prepared, ranks, pids, pages, preempted = restart(ranks, step, prepared, answered)
+        recovery = Recovery(step, failed_epoch, err.kind, err.rank, err.message, self.policy,
+                            tuple(ranks), tuple(pids), pages, tuple(preempted), in_audit=in_audit,
+                            hosts=self.group.hosts_of(ranks))
+        self.recoveries.append(recovery)
+        self.recorder.recovered(recovery)
         return prepared
 
+    def _restore(self, ranks, step: int, prepared, answered):
+        """restore: new members whose shards are the control plane's pool; the same plan again."""
+        shard = self.pool.slots.snapshot()
+        ranks, pids = self.group.restart(ranks, shard, step, "restore", answered)
+        return prepared, ranks, pids, len(shard), []
 
-_NOTHING = nullcontext()
-
+    def _recompute(self, ranks, step: int, prepared, answered):
+        """recompute: new members come back empty, as GPU ranks would; every page is lost, and
+        the step is planned again (found by the audit between steps: preempted, shown with the
+        next step)."""
+        ranks, pids = self.group.restart(ranks, [], step, "recompute", answered)
+        if prepared is None:
+            preempted = self.drop_all_pages()
+            self._preempted_between_steps += preempted
+            return None, ranks, pids, 0, preempted
+        before = set(prepared.preempted)
+        if self._overlap:
+            prepared = self.withdraw_in_flight(prepared)
+        prepared = self.replan_without_pages(prepared)
+        return prepared, ranks, pids, 0, [r for r in prepared.preempted if r not in before]
