@@ -131,7 +131,7 @@ def test_compare_json_for_traces_and_for_a_failed_side():
 
 
 def test_summaries_that_differ_name_the_first_request():
-    from inferris_dist.cli.cmd_launch import first_summary_difference
+    from inferris_dist.testing import first_summary_difference
     a = [{"request_id": "r0", "generated": 4}, {"request_id": "r1", "generated": 3}]
     b = [{"request_id": "r0", "generated": 4}, {"request_id": "r1", "generated": 2}]
     assert first_summary_difference(a, a) is None

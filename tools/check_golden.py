@@ -12,7 +12,8 @@ GOLDEN/ladder/CASE.RUNG.trace.jsonl, `{}` being GOLDEN/CASE.spec.json and
 
 Lines are compared as parsed JSON, key order included (SPEC §4 fixes it);
 blank lines are ignored, and an error object is compared by its `error` and
-`step` only (its message is free). The exit status must be 1 when the golden
+`step` only (its message is free: `inferris_dist.testing.comparable`, so run
+this with the project's python, `.venv/bin/python`). The exit status must be 1 when the golden
 trace ends in an error and 0 otherwise.
 
 Prints one line per failing case (with the first difference), then
@@ -31,6 +32,12 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    from inferris_dist.testing import comparable  # how every check compares lines: one rule
+except ImportError:
+    sys.exit("check_golden.py: inferris_dist is not installed here: run it with the project's "
+             "python (make test creates it: .venv/bin/python tools/check_golden.py ...)")
 
 DEFAULT_GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "data" / "golden"
 SPEC_SUFFIX = ".spec.json"
@@ -79,10 +86,8 @@ def parse_lines(text: str) -> list:
             obj = json.loads(line, object_pairs_hook=OrderedDict)
         except ValueError as e:
             raise ValueError(f"line {number} is not JSON ({e}): {line[:SHOWN]}") from None
-        if isinstance(obj, dict) and "error" in obj:
-            obj = OrderedDict([("error", obj.get("error")), ("step", obj.get("step"))])
         out.append(obj)
-    return out
+    return comparable(out)
 
 
 def _show(obj) -> str:

@@ -18,6 +18,7 @@ from inferris_dist.engine.errors import MachineFailure
 from inferris_dist.observe.timeline import Timeline
 from inferris_dist.scheduler.channel import machine_failure
 from inferris_dist.scheduler.entry import LaunchOptions, launch
+from inferris_dist.testing import judge
 
 
 def options_from_args(args, timeline: Timeline | None, log_stream, on_waiting,
@@ -364,29 +365,6 @@ def run_compare(workload, name: str, args) -> int:
     return EXIT_OK if verdict["holds"] else EXIT_FAILED
 
 
-def judge(local: list[dict], remote: list[dict], policy: str) -> dict:
-    """What was compared, whether the promise holds, and the first difference if not."""
-    steps = [sum(1 for line in lines if "step" in line and "error" not in line) for lines in (local, remote)]
-    failed = {side: lines[-1] for side, lines in (("in process", local), ("on processes", remote))
-              if lines and "error" in lines[-1]}
-    out = {"compared": "summaries" if policy == "recompute" else "traces",
-           "steps": {"in process": steps[0], "on processes": steps[1]},
-           "failed": {side: err for side, err in failed.items()}, "difference": None}
-    trace_diff = first_difference(local, remote)
-    if failed and not (len(failed) == 2 and trace_diff is None):
-        out["holds"] = False
-        return out
-    if out["compared"] == "traces" or failed:
-        out["holds"] = trace_diff is None
-        out["difference"] = trace_diff
-        return out
-    summary_diff = first_summary_difference(local[-1].get("summary", []), remote[-1].get("summary", []))
-    out["holds"] = summary_diff is None
-    out["difference"] = summary_diff
-    out["traces_identical"] = trace_diff is None
-    return out
-
-
 def compare_text(v: dict) -> str:
     """The verdict for people: one line, or one per failed side."""
     name, n = render.shown(v["workload"]), v["world_size"]
@@ -414,22 +392,6 @@ def compare_text(v: dict) -> str:
     return f"{name}: summaries differ under recompute: {v['difference']}"
 
 
-def first_summary_difference(a: list[dict], b: list[dict]) -> str | None:
-    """The first request whose summary differs (its state, tokens generated, positions
-    computed, finish reason: recompute changes the steps, never these)."""
-    by_id = {r.get("request_id"): r for r in b}
-    for r in a:
-        other = by_id.get(r.get("request_id"))
-        if other is None:
-            return f"request {render.shown(str(r.get('request_id')))}: missing on processes"
-        differs = _first_field(r, other)
-        if differs is not None:
-            return f"request {render.shown(str(r.get('request_id')))}, {differs}"
-    if len(a) != len(b):
-        return f"in process {len(a)} requests, on processes {len(b)}"
-    return None
-
-
 def _failure(err: dict) -> str:
     """An error object in a few words: kind, step, and the rank(s) blamed."""
     ranks = err.get("ranks") or ([err["rank"]] if err.get("rank") is not None else [])
@@ -437,25 +399,3 @@ def _failure(err: dict) -> str:
     epoch = f", epoch {err['epoch']}" if err.get("epoch") is not None else ""
     step = "during start-up" if err.get("step") is None else f"at step {err['step']}"
     return f"{err['error']} {step}{epoch}{who}"
-
-
-def first_difference(a: list[dict], b: list[dict]) -> str | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if "error" in x or "error" in y:
-            x = {k: x.get(k) for k in ("error", "step")} if "error" in x else x
-            y = {k: y.get(k) for k in ("error", "step")} if "error" in y else y
-        if x != y:
-            where = f"step {x['step']}" if "step" in x else f"line {i + 1}"
-            return f"{where}, {_first_field(x, y)}"
-    if len(a) != len(b):
-        return f"in process {len(a)} lines, on processes {len(b)} lines"
-    return None
-
-
-def _first_field(x: dict, y: dict) -> str | None:
-    """The first field two objects disagree on, both values shown (None: they agree)."""
-    for key in dict.fromkeys([*x, *y]):
-        if x.get(key) != y.get(key):
-            return (f"field {key!r}: in process {json.dumps(x.get(key))}, "
-                    f"on processes {json.dumps(y.get(key))}")
-    return None

@@ -188,7 +188,15 @@ class FaultPlan:
         self.previous: list[bytes] | None = None      # the last result sent (for `stale`)
 
     def firing(self, step: int) -> dict[str, Fault]:
-        return {f.kind: f for f in self.faults if f.fires(step)} if self.faults else {}
+        """The faults that act on this step's plan. A one-shot fault is spent once it fired:
+        a member that is kept through a restore and sent the same step's plan again (a new
+        epoch) does not fire it a second time."""
+        if not self.faults:
+            return {}
+        firing = {f.kind: f for f in self.faults if f.fires(step)}
+        if firing:
+            self.faults = [f for f in self.faults if f.repeat or f.step != step]
+        return firing
 
     def before(self, firing: dict[str, Fault], rank: Acting) -> None:
         for kind, act in BEFORE.items():

@@ -1,0 +1,116 @@
+"""inferris_dist.testing, the public API for a user's own fault tests: runs on processes with
+faults and a policy, the policy's promise judged, the control plane's invariants, and the
+example a user copies (examples/test_my_executor.py), run from a clean venv that installed
+only the wheel and pytest."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import venv
+
+import pytest
+
+import inferris_dist
+from inferris_dist import testing
+from inferris_dist.engine import Engine, load_workload
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO = os.path.join(REPO, "tests", "data", "golden", "demo.spec.json")
+
+
+def test_the_package_exports_what_a_fault_test_needs():
+    for name in ("Fault", "KINDS", "POLICIES", "Recovery", "RankLost", "EngineError", "GroupViolation",
+                 "BoundaryViolation", "ShardDivergence", "WorkloadError", "MachineFailure", "launch",
+                 "LaunchOptions", "testing"):
+        assert name in inferris_dist.__all__, name
+        assert getattr(inferris_dist, name) is not None
+    assert inferris_dist.testing is testing
+
+
+def test_comparable_keeps_an_error_line_by_kind_and_step():
+    lines = [{"step": 0, "scheduled": ["a"]}, {"error": "RankLost", "message": "rank 1 died", "step": 3}]
+    assert testing.comparable(lines) == [lines[0], {"error": "RankLost", "step": 3}]
+
+
+def test_judge_holds_for_the_same_trace_and_finds_the_first_difference():
+    ref = testing.reference(DEMO)
+    assert testing.judge(ref, ref, "restore")["holds"]
+    changed = [dict(line) for line in ref]
+    changed[2] = {**changed[2], "scheduled": ["nobody"]}
+    verdict = testing.judge(ref, changed, "restore")
+    assert not verdict["holds"] and verdict["difference"].startswith("step 2, field 'scheduled'")
+    with pytest.raises(AssertionError, match="restore does not keep its promise"):
+        testing.assert_holds(ref, changed, "restore")
+
+
+def test_under_recompute_the_summary_is_judged_not_the_steps():
+    ref = testing.reference(DEMO)
+    other_steps = [{**ref[0], "preempted": ["r0"]}, *ref[1:]]
+    verdict = testing.judge(ref, other_steps, "recompute")
+    assert verdict["holds"] and verdict["compared"] == "summaries" and not verdict["traces_identical"]
+    summary = [dict(r) for r in ref[-1]["summary"]]
+    summary[0]["generated"] += 1
+    verdict = testing.judge(ref, [*ref[:-1], {"summary": summary}], "recompute")
+    assert not verdict["holds"] and "field 'generated'" in verdict["difference"]
+
+
+def test_a_failed_side_never_holds_unless_both_fail_alike():
+    ref = testing.reference(DEMO)
+    failed = [*ref[:2], {"error": "RankLost", "message": "rank 1 died", "step": 2}]
+    assert not testing.judge(ref, failed, "abort")["holds"]
+    assert testing.judge(failed, [*failed[:2], {**failed[2], "message": "other words"}], "abort")["holds"]
+
+
+def test_check_invariants_passes_every_step_and_is_seen_to_fail():
+    eng = Engine(load_workload(DEMO))
+    for _ in eng.run():
+        testing.check_invariants(eng)
+    eng = Engine(load_workload(DEMO))
+    next(iter(eng.run()))
+    page = eng.requests[0].page_table[0]
+    eng.pool.owner[page] = "stranger"                # a page handed to nobody we know
+    with pytest.raises(testing.InvariantBroken, match="owned by unknown 'stranger'"):
+        testing.check_invariants(eng)
+
+
+@pytest.mark.procs
+@pytest.mark.timeout(60)
+def test_run_on_processes_gives_the_lines_the_recoveries_and_the_pids():
+    run = testing.run_on_processes(DEMO, faults=["1:crash@2"], policy="restore", step_timeout=2.0)
+    assert run.error is None and run.summary is not None
+    assert [(r.step, r.rank, r.kind, r.restarted) for r in run.recoveries] == [(2, 1, "RankLost", (1,))]
+    assert len(run.pids) == 5                          # four workers and the replacement
+    testing.assert_holds(testing.reference(DEMO), run)
+    unfired = testing.run_on_processes(DEMO, faults=["1:crash@99"], step_timeout=2.0)
+    assert unfired.unfired == ["1:crash@99"] and unfired.error is None
+
+
+@pytest.mark.procs
+@pytest.mark.timeout(300)
+def test_the_example_passes_in_a_clean_venv_with_only_the_wheel_and_pytest(tmp_path):
+    """`pip install WHEEL pytest` in a fresh venv (pyzmq and msgpack come as the wheel's own
+    dependencies), then pytest on a copy of the example outside the checkout."""
+    wheels = tmp_path / "wheels"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), REPO],
+                           capture_output=True, text=True, timeout=150)
+    if built.returncode != 0:
+        pytest.skip(f"cannot build a wheel here: {built.stderr.strip().splitlines()[-1:]}")
+    env_dir = tmp_path / "clean"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = str(env_dir / "bin" / "python")
+    wheel = next(wheels.glob("*.whl"))
+    installed = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                                str(wheel), "pytest"], capture_output=True, text=True, timeout=200)
+    if installed.returncode != 0:
+        pytest.skip(f"cannot install the wheel and pytest from the package index here: "
+                    f"{installed.stderr.strip().splitlines()[-1:]}")
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(os.path.join(REPO, "examples", "test_my_executor.py"), work)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    done = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_executor.py"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "failed" not in done.stdout
