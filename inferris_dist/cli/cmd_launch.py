@@ -91,16 +91,7 @@ def run_launch(workload, name: str, args) -> int:
                     progress.update(trace.step, total - engine.num_unfinished, extra)
                     continue
                 progress.clear()
-                attempts, recoveries = group.take_attempts(), engine.take_recoveries()
-                audited = [r for r in recoveries if r.in_audit]     # the audit before this step
-                recoveries = [r for r in recoveries if not r.in_audit]
-                if audited:
-                    printer.flush()
-                    write_boundary(out, style, group.world_size, [], audited)
-                quiet = trace.is_empty and len(attempts) == 1 and not attempts[0].notes and not recoveries
-                printer.step(trace)
-                if not quiet:
-                    write_boundary(out, style, group.world_size, attempts, recoveries, trace.step)
+                print_step(out, style, printer, engine, trace)
                 progress.update(trace.step, total - engine.num_unfinished, extra)
             progress.clear()
             if not as_json:
@@ -119,15 +110,7 @@ def run_launch(workload, name: str, args) -> int:
         else:
             printer.flush()
             if group is not None:
-                attempts = group.take_attempts()
-                recoveries = engine.take_recoveries() if engine is not None else []
-                failed_here = err.step is not None and any(a.step == err.step for a in attempts)
-                if failed_here:
-                    head, why = render.failed_step_lines(err, style)
-                    out.write(head + "\n")
-                write_boundary(out, style, group.world_size, attempts, recoveries, err.step)
-                if failed_here:
-                    out.write(why + "\n")
+                print_failure(out, style, group, engine, err)
     finally:
         progress.clear()
         escaping = sys.exc_info()[1]         # an interrupt (or a bug) on its way out
@@ -155,19 +138,52 @@ def run_launch(workload, name: str, args) -> int:
         return status
     if output_failed:
         failure = closing
+    print_end(out, style, engine, group, num_steps, metrics)
+    if status != EXIT_OK:
+        out.flush()
+        render.write_error(failure, sys.stderr, render.Style.for_stream(sys.stderr))
+    return status
+
+
+def print_step(out, style, printer, engine, trace) -> None:
+    """A committed step: its line, and unless nothing happened, each attempt's wire line and
+    what was done about each failure (a failure found by the audit before it comes first)."""
+    group = engine.group
+    attempts, recoveries = group.take_attempts(), engine.take_recoveries()
+    audited = [r for r in recoveries if r.in_audit]     # the audit before this step
+    recoveries = [r for r in recoveries if not r.in_audit]
+    if audited:
+        printer.flush()
+        write_boundary(out, style, group.world_size, [], audited)
+    quiet = trace.is_empty and len(attempts) == 1 and not attempts[0].notes and not recoveries
+    printer.step(trace)
+    if not quiet:
+        write_boundary(out, style, group.world_size, attempts, recoveries, trace.step)
+
+
+def print_failure(out, style, group, engine, err) -> None:
+    """The step that failed (its number, its wire lines, then the diagnosis)."""
+    attempts = group.take_attempts()
+    recoveries = engine.take_recoveries() if engine is not None else []
+    failed_here = err.step is not None and any(a.step == err.step for a in attempts)
+    if failed_here:
+        head, why = render.failed_step_lines(err, style)
+        out.write(head + "\n")
+    write_boundary(out, style, group.world_size, attempts, recoveries, err.step)
+    if failed_here:
+        out.write(why + "\n")
+
+
+def print_end(out, style, engine, group, num_steps: int, metrics) -> None:
+    """The requests, the run's totals, and each rank's."""
     if engine is not None:
         out.write(render.request_table(engine.summary(), style) + "\n")
         out.write(render.closing_line(num_steps, engine.summary()) + "\n")
         for line in metrics.summary_lines() if metrics is not None else ():
             out.write(line + "\n")
     if group is not None:
-        out.write(render.rank_table(group.totals, group.rank_pids, style,
-                                    group.members.hosts if group.external else None) + "\n")
+        out.write(render.rank_table(group.totals, group.rank_pids, style, group.member_hosts()) + "\n")
         out.write(workers_line(group) + "\n")
-    if status != EXIT_OK:
-        out.flush()
-        render.write_error(failure, sys.stderr, render.Style.for_stream(sys.stderr))
-    return status
 
 
 def _say_unfired(group, engine=None) -> None:
@@ -203,14 +219,13 @@ def members_line(group, started: float) -> str:
     if not group.external:
         pids = " ".join(str(w.pid) for w in group.workers.values())
         return f"{group.world_size} rank workers up in {took:.2f} s at {group.address}, pids {pids}"
-    channel = group.channel
-    who = ", ".join(f"{r}: pid {m.pid} at {m.host}" for r, m in sorted(channel.members.items()))
-    how = "CURVE-authenticated" if channel.curve else "plaintext"
+    who = ", ".join(f"{r}: pid {pid} at {host}" for r, pid, host in group.joined())
+    how = "CURVE-authenticated" if group.curve else "plaintext"
     return f"{group.world_size} ranks joined in {took:.2f} s at {group.address} ({how}): {who}"
 
 
 def workers_line(group) -> str:
-    away = group.channel.turned_away_summary()
+    away = group.turned_away_summary()
     return _workers_line(group) + (f"\nturned away: {away}" if away else "")
 
 
@@ -218,7 +233,7 @@ def _workers_line(group) -> str:
     if group.external:
         n = sum(len(p) for p in group.rank_pids.values())
         return f"workers: {n} joined from outside (we started none), every member told to stop"
-    left = group.members.still_running()
+    left = group.still_running()
     return (f"workers: {len(group.pids_started)} started, "
             f"{'none left running' if not left else 'STILL RUNNING: ' + ' '.join(map(str, left))}")
 

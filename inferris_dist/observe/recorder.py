@@ -184,8 +184,10 @@ class Recorder:
         if self.log is not None:
             self.log.event("note", rank=rank, epoch=epoch, text=text)
 
-    def turned_away(self, gate, member_drops: dict[int, int]) -> None:
-        gate.log_counts(self.log, member_drops)
+    def turned_away(self, counts: dict | None) -> None:
+        """What the door turned away and what was dropped unnoted, counted (None: nothing)."""
+        if self.log is not None and counts is not None:
+            self.log.event("turned-away", **counts)
 
     def _reply(self, rank: int, epoch: int, step: int, kind: MsgType, body: bytes, decoded,
                record: StepRecord | None, **more: Any) -> None:

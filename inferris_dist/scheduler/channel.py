@@ -166,7 +166,7 @@ class RankChannel:
 
     def close(self) -> None:
         self.void_in_flight("the run ended")
-        self.recorder.turned_away(self.gate, self.recorder.member_drops())
+        self.recorder.turned_away(self.gate.counts(self.recorder.member_drops()))
         self.gate.close()                        # the monitor first: never a stuck I/O thread
         if self.sock is not None:
             self.sock.close(linger=0)

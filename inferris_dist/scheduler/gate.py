@@ -263,14 +263,15 @@ class Gate:
                          f"members")
         return "; ".join(parts)
 
-    def log_counts(self, log, member_drops: dict[int, int]) -> None:
-        """The counts behind the notes, once, in the wire log (it grows with the run, not with
-        whoever floods us)."""
+    def counts(self, member_drops: dict[int, int]) -> dict | None:
+        """The counts behind the notes (None when nothing was turned away), for the wire log
+        once at the end: it grows with the run, not with whoever floods us."""
         members = {str(r): n for r, n in member_drops.items() if n > NOTED_PER_PEER}
-        if log and (self.turned_away.count or self.refusals.count or members or self.shed):
-            log.event("turned-away", messages=dict(list(self.turned_away.count.items())[:64]),
-                      connections=dict(list(self.refusals.count.items())[:64]),
-                      member_replies_dropped=members, shed=self.shed)
+        if not (self.turned_away.count or self.refusals.count or members or self.shed):
+            return None
+        return {"messages": dict(list(self.turned_away.count.items())[:64]),
+                "connections": dict(list(self.refusals.count.items())[:64]),
+                "member_replies_dropped": members, "shed": self.shed}
 
 
 def _peer_of(fd: int) -> str:

@@ -107,6 +107,25 @@ class ProcessGroup:
         return self.members.pids_started if self.members is not None else []
 
     @property
+    def curve(self) -> bool:
+        return self.channel.curve
+
+    def joined(self) -> list[tuple[int, int, str]]:
+        """(rank, pid, host) of every member now, by rank."""
+        return [(r, m.pid, m.host) for r, m in sorted(self.channel.members.items())]
+
+    def member_hosts(self) -> dict | None:
+        """Per rank, the hosts its members joined from (None for workers we spawned)."""
+        return self.members.hosts if self.external else None
+
+    def still_running(self) -> list[int]:
+        """Pids of workers we started that still run (none when members join from outside)."""
+        return self.members.still_running() if not self.external and self.members is not None else []
+
+    def turned_away_summary(self) -> str | None:
+        return self.channel.turned_away_summary()
+
+    @property
     def workers(self) -> dict:
         """The worker processes we spawned, by rank (none when members join from outside)."""
         return getattr(self.members, "workers", {})
