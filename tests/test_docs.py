@@ -9,10 +9,10 @@ The convention, for whoever writes a page:
   together, as a terminal shows them; a command shown with no lines after it prints nothing.
 - The shape: sizes (`46 B`, `1.2 kB`), numbers, and a lone `-` where a number may be missing
   are masked, a run directory's random name too; a list of them joined by `/` (`rtt
-  0.5/-/0.4 ms`) counts as one, and a run of spaces as one space; so timings, pids, which
-  ranks had answered and table widths may differ from run to run. A line that is
-  only `...` stands for any number of lines (none included), and `...` inside a line for any
-  text.
+  0.5/-/0.4 ms`) counts as one, as does `33 B each`, and a run of spaces as one space; so
+  timings, pids, which ranks had answered and table widths may differ from run to run. A line
+  that is only `...` stands for any number of lines (none included), and `...` inside a line
+  for any text.
 - The blocks of one page run in bash, in order, one command after the other, in one fresh
   directory in which `examples` and `tests` are the repository's (so a block may read a file an
   earlier block of its page wrote), with this interpreter's bin directory first on PATH (so
@@ -84,9 +84,9 @@ def console_blocks(page: Path) -> list[tuple[str, list[tuple[str, list[str]]]]]:
 MASKS = [
     (re.compile(r"ipc://[^\s,]+"), "ipc://RUN"),                       # a run directory's name
     (re.compile(r"\d+(?:\.\d+)? (?:[kMG]i?)?B\b"), "#"),                # a size: 46 B, 1.2 kB
+    (re.compile(r"(?<![\w-])-(?![\w>-])"), "#"),                        # a number missing: 0.5/-/0.4
     (re.compile(r"\d+(?:\.\d+)?"), "#"),                                # a number
-    (re.compile(r"(?<![^\s/])-(?![^\s/])"), "#"),                       # a number missing: 0.5/-/0.4
-    (re.compile(r"#(?:/#)+"), "#"),                                     # a list of them: 0.5/-/0.4
+    (re.compile(r"#(?:/#)+|# each\b"), "#"),                            # a list of them: 0.5/-/0.4
     (re.compile(r"\s+"), " "),
 ]
 
@@ -222,7 +222,7 @@ def test_other_numbers_pids_widths_and_a_missing_answer_keep_the_shape():
     shown = examples(fenced_blocks(SHOWN)[0][2])[0][1]
     printed = ["       4 rank workers up in 0.2 s at ipc:///tmp/inferris-dist-9-abc_1234.run/s, pids 12 13",
                "    3  run r2:4  publish r2:1  sample r2",
-               "       wire plan 146 B x4, rtt 0.9/-/-/12.26 ms, result 1.1 kB/-/-/33 B, rank 2 lost (died)",
+               "       wire plan 146 B x4, rtt 0.9/-/-/- ms, result 1.1 kB/-/-/-, rank 2 lost (died)",
                "       ! anything at all, on any number of lines",
                "       restore: ...",
                "rank  pid     steps",
