@@ -173,8 +173,8 @@ def sweep_stale(root: str | Path | None = None) -> list[Path]:
     """Remove run directories we own whose run is gone; returns those removed.
 
     A directory with the `.run` suffix is gone when we can take its lock (non-blocking);
-    one without its lock file yet is left alone. An old-style directory (no suffix, made
-    by an earlier version, no lock) is judged as before: gone when its PID is.
+    one without its lock file yet is left alone. A directory of ours without the suffix (and
+    so without a lock) is judged by the PID in its name: gone when that PID is.
     """
     _forget_removed()
     root = Path(root or tempfile.gettempdir())

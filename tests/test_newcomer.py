@@ -17,7 +17,7 @@ from external import CLI, ENV, REPO, cli
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
-README = (REPO / "README.md").read_text()
+WORKLOAD_PAGE = (REPO / "docs" / "cli.md").read_text()     # its "### The workload format"
 
 
 
@@ -34,7 +34,7 @@ def big(tmp_path_factory) -> Path:
 # -- 1. the workload format ----------------------------------------------------------------------
 
 def test_the_readme_example_workload_runs(tmp_path):
-    example = re.search(r"### The workload format.*?```json\n(.*?)```", README, re.S).group(1)
+    example = re.search(r"### The workload format.*?```json\n(.*?)```", WORKLOAD_PAGE, re.S).group(1)
     spec = tmp_path / "w.json"
     spec.write_text(example)
     assert cli("run", "--spec", spec).returncode == 0
@@ -44,7 +44,7 @@ def test_the_readme_example_workload_runs(tmp_path):
 
 def test_every_key_of_the_engine_is_documented_in_the_readme_and_in_run_help():
     from inferris_dist.engine.workload import ENGINE_KEYS, REQUEST_KEYS, TOP_KEYS
-    table = README.split("### The workload format", 1)[1].split("\n\n## ", 1)[0]
+    table = WORKLOAD_PAGE.split("### The workload format", 1)[1].split("\n\n## ", 1)[0]
     helptext = cli("run", "--help").stdout
     for key in (*ENGINE_KEYS, *REQUEST_KEYS, "faults"):
         assert f"`{key}`" in table, key

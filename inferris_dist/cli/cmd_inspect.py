@@ -200,7 +200,7 @@ def _result(obj: dict) -> "Result":
 
 
 def _item(obj: Any, what: str) -> dict:
-    """A plan item; `prior_drafts` 0 where the log has none (a log of protocol 2)."""
+    """A plan item; `prior_drafts` 0 where the log has none (a plan without that field)."""
     item = _checked(obj, ITEM, what)
     prior = obj.get("prior_drafts", 0)
     if not (_is_int(prior) and prior >= 0):

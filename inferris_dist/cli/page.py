@@ -718,7 +718,7 @@ class _Builder:
         self._verdict(ev, _say(kind))
 
     def _verdict(self, ev: dict, verdict: str) -> None:
-        """An old log's verdict, when no `attempt` event will say it."""
+        """A verdict from a log without `attempt` events, where no other line will say it."""
         s, e = ev.get("step"), ev.get("epoch")
         a = self.open.get((s, e)) if _is_int(s) and _is_int(e) else None
         if a is not None and not a.closed and not a.verdict:
@@ -974,7 +974,7 @@ def _data(b: _Builder, title: str, notes: list[str]) -> dict:
 
 
 def _steps(b: _Builder, from_attempts: bool) -> list[_Step]:
-    """The committed steps in order: the step events, or (an older log) the joined attempts,
+    """The committed steps in order: the step events, or (a log without them) the joined attempts,
     with the plan's request ids as what ran."""
     if not from_attempts:
         return sorted(b.steps, key=lambda s: s.t)
@@ -1043,7 +1043,7 @@ def _requests(steps: list[_Step], spans: list[tuple[float, float]], b: _Builder,
             if rid in tr.finished:
                 lane.finished, lane.reason = st.step, tr.finished[rid]
                 del active[rid]
-    if not b.has_step_events:           # an older log: nothing says when a request finished
+    if not b.has_step_events:           # no step events: nothing says when a request finished
         for lane in lanes.values():
             if lane.last_run >= 0:
                 del lane.segs[lane.last_run + 3:]

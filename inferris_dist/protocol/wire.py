@@ -8,8 +8,8 @@ string, array and map lengths; no ext types) and goes through the explicit
 table below: no pickle, no eval, no lookup of a class by name. Anything
 malformed is a `WireError`, which the receiver attributes to the sender.
 
-A PLAN and a RESULT are columnar (protocol 3, and 4): the request ids as a msgpack
-array of strings, every integer field as a column of little-endian int32 in
+A PLAN and a RESULT are columnar: the request ids as a msgpack array of
+strings, every integer field as a column of little-endian int32 in
 one bin, and the page ids of all items concatenated in another:
 
     PLAN    [step, [request_id...], cols, pages]
