@@ -20,8 +20,6 @@ from types import SimpleNamespace
 import msgpack
 import pytest
 import zmq
-from external import golden_workload
-from procs import wait_until
 
 from inferris_dist.engine import ItemOutcome, load_workload, run_workload
 from inferris_dist.observe.records import WireLog
@@ -34,6 +32,9 @@ from inferris_dist.scheduler.group import ProcessGroup
 from inferris_dist.scheduler.handshake import Admission
 from inferris_dist.scheduler.members import Spawned
 from inferris_dist.scheduler.options import LaunchOptions
+
+from tests.helpers.external import golden_workload
+from tests.helpers.procs import wait_until
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 

@@ -13,9 +13,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from external import GOLDEN, REPO, SCRIPT, cli
 
 from inferris_dist.engine import run_workload
+
+from tests.helpers.external import GOLDEN, REPO, SCRIPT, cli
 
 pytestmark = pytest.mark.procs          # starts processes (pytest -m 'not procs' skips)
 

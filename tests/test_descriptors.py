@@ -16,7 +16,8 @@ import socket
 import subprocess
 
 import pytest
-from external import GOLDEN, Scheduler, exit_line, run_json, start_worker
+
+from tests.helpers.external import GOLDEN, Scheduler, exit_line, run_json, start_worker
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 

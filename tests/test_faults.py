@@ -29,13 +29,14 @@ import time
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, REPO, cli
-from invariants import check_invariants
-from procs import gone, wait_until
 
 import inferris_dist
 from inferris_dist.engine import BoundaryViolation, EngineError, GroupViolation, RankLost, run_workload
 from inferris_dist.engine.errors import ShardDivergence
+
+from tests.helpers.external import CLI, ENV, REPO, cli
+from tests.helpers.invariants import check_invariants
+from tests.helpers.procs import gone, wait_until
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]   # every test here, one bound
 

@@ -27,11 +27,23 @@ from pathlib import Path
 
 import pytest
 import zmq
-from external import CLI, ENV, GOLDEN, REPO, Scheduler, cli, exit_line, long_spec, run_json, start_worker
-from procs import all_gone, connect_as_nobody
 
 from inferris_dist.launcher import sweep_stale
 from inferris_dist.scheduler.gate import NOTED_PER_PEER
+
+from tests.helpers.external import (
+    CLI,
+    ENV,
+    GOLDEN,
+    REPO,
+    Scheduler,
+    cli,
+    exit_line,
+    long_spec,
+    run_json,
+    start_worker,
+)
+from tests.helpers.procs import all_gone, connect_as_nobody
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
@@ -53,7 +65,7 @@ def local_launch(args, **kw) -> tuple[subprocess.Popen, str]:
     process's `pids` attribute: its workers' pids."""
     proc = subprocess.Popen([*CLI, "launch", *map(str, args)], env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, **kw)
-    from external import Lines
+    from tests.helpers.external import Lines
     out = Lines(proc.stdout)
     line = out.until(r"rank workers up in", 30)
     proc.lines = out
@@ -172,7 +184,7 @@ def test_idle_connections_at_a_low_descriptor_limit_are_shed_and_the_run_goes_on
                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, preexec_fn=low_limit)
     procs.append(proc)
-    from external import Lines
+    from tests.helpers.external import Lines
     err = Lines(proc.stderr)
     address = re.search(r"listening at (tcp://\S+) ", err.until("listening at", 20)).group(1)
     workers = [start_worker(address, None, r, 2) for r in range(2)]

@@ -23,13 +23,14 @@ import subprocess
 import time
 
 import pytest
-from external import CLI, ENV, GOLDEN, REPO, cli
 
 from inferris_dist.engine import WorkloadError, load_workload
 from inferris_dist.protocol import keys as key_module
 from inferris_dist.protocol import placement
 from inferris_dist.protocol.keys import ClientKeys, KeyFileError, ServerKeys
 from inferris_dist.protocol.placement import PlacementError, check_address, place
+
+from tests.helpers.external import CLI, ENV, GOLDEN, REPO, cli
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 

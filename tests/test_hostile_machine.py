@@ -11,12 +11,13 @@ import shutil
 import subprocess
 
 import pytest
-from external import CLI, ENV, GOLDEN, Scheduler, exit_line, start_worker
 
 from inferris_dist.engine import WorkloadError, load_workload
 from inferris_dist.protocol import wire
 from inferris_dist.scheduler import group as group_module
 from inferris_dist.scheduler.members import _resource_hint
+
+from tests.helpers.external import CLI, ENV, GOLDEN, Scheduler, exit_line, start_worker
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 

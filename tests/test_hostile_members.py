@@ -15,11 +15,12 @@ from pathlib import Path
 import msgpack
 import pytest
 import zmq
-from external import GOLDEN, Scheduler, start_worker
 
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.keys import ClientKeys
 from inferris_dist.protocol.wire import MsgType
+
+from tests.helpers.external import GOLDEN, Scheduler, start_worker
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.procs]
 
@@ -157,7 +158,7 @@ def test_an_early_replacement_waits_its_turn_while_another_rank_is_admitted(keys
     the fault-free trace."""
     import signal
 
-    from external import run_json
+    from tests.helpers.external import run_json
     n = 3
     log = tmp_path / "w.jsonl"
     want = run_json(LONG, "--world-size", n)

@@ -10,7 +10,6 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, GOLDEN, golden_lines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +18,8 @@ from inferris_dist.cli import main as cli
 from inferris_dist.cli.cmd_ladder import climb
 from inferris_dist.engine import Engine, load_workload, trace_dicts
 from inferris_dist.engine.rungs import NAMES, RUNGS
+
+from tests.helpers.external import CLI, ENV, GOLDEN, golden_lines
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 

@@ -26,8 +26,6 @@ import time
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, GOLDEN, REPO, cli, golden_lines
-from procs import all_gone, gone
 
 import inferris_dist
 from inferris_dist.cli.workload_source import DEMO
@@ -42,6 +40,9 @@ from inferris_dist.engine import (
 )
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.wire import MsgType, to_jsonable
+
+from tests.helpers.external import CLI, ENV, GOLDEN, REPO, cli, golden_lines
+from tests.helpers.procs import all_gone, gone
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]   # every test here, one bound
 

@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, REPO, Scheduler, run_json, stop_all
 
 from inferris_dist.protocol.keys import write_keys
+
+from tests.helpers.external import CLI, ENV, REPO, Scheduler, run_json, stop_all
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.procs]
 

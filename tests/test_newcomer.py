@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, REPO, cli
+
+from tests.helpers.external import CLI, ENV, REPO, cli
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 

@@ -7,9 +7,12 @@ import json
 import subprocess
 
 import pytest
-from external import CLI, ENV, GOLDEN, LADDER, REPO
 from hypothesis import given
-from invariants import (
+
+from inferris_dist.engine import Engine, State
+
+from tests.helpers.external import CLI, ENV, GOLDEN, LADDER, REPO
+from tests.helpers.invariants import (
     CASES,
     PROPERTY,
     drive,
@@ -20,8 +23,6 @@ from invariants import (
     trace_json_lines,
     workloads,
 )
-
-from inferris_dist.engine import Engine, State
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,9 +6,12 @@ import copy
 import json
 
 import pytest
-from external import GOLDEN, LADDER, golden_workload
 from hypothesis import given
-from invariants import (
+
+from inferris_dist.engine import Engine, State
+
+from tests.helpers.external import GOLDEN, LADDER, golden_workload
+from tests.helpers.invariants import (
     CASES,
     PROPERTY,
     drive,
@@ -19,8 +22,6 @@ from invariants import (
     trace_json_lines,
     workloads,
 )
-
-from inferris_dist.engine import Engine, State
 
 pytestmark = pytest.mark.timeout(60)
 

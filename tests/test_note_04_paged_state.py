@@ -5,9 +5,20 @@ from __future__ import annotations
 import copy
 
 import pytest
-from external import golden_workload
 from hypothesis import given
-from invariants import (
+
+from inferris_dist.engine import (
+    Engine,
+    Irreducible,
+    NeverFits,
+    OutOfPages,
+    State,
+    expand_placements,
+    pages_needed,
+)
+
+from tests.helpers.external import golden_workload
+from tests.helpers.invariants import (
     PROPERTY,
     drive,
     drive_all,
@@ -18,16 +29,6 @@ from invariants import (
     trace_dicts,
     trace_json_lines,
     workloads,
-)
-
-from inferris_dist.engine import (
-    Engine,
-    Irreducible,
-    NeverFits,
-    OutOfPages,
-    State,
-    expand_placements,
-    pages_needed,
 )
 
 pytestmark = pytest.mark.timeout(60)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import copy
 
 import pytest
-from external import golden_workload
 from hypothesis import given
-from invariants import (
+
+from inferris_dist.engine import Engine, State
+
+from tests.helpers.external import golden_workload
+from tests.helpers.invariants import (
     PROPERTY,
     drive_all,
     replay_chunked,
@@ -16,8 +19,6 @@ from invariants import (
     trace_dicts,
     workloads,
 )
-
-from inferris_dist.engine import Engine, State
 
 pytestmark = pytest.mark.timeout(60)
 

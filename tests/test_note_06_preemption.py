@@ -5,10 +5,13 @@ from __future__ import annotations
 import copy
 
 import pytest
-from external import golden_workload
 from hypothesis import given
 from hypothesis import strategies as st
-from invariants import (
+
+from inferris_dist.engine import Engine, Irreducible, State, pages_needed
+
+from tests.helpers.external import golden_workload
+from tests.helpers.invariants import (
     PROPERTY,
     drive_all,
     index_of,
@@ -19,8 +22,6 @@ from invariants import (
     work_ids,
     workloads,
 )
-
-from inferris_dist.engine import Engine, Irreducible, State, pages_needed
 
 pytestmark = pytest.mark.timeout(60)
 

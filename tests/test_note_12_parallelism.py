@@ -3,10 +3,8 @@ parallelism/1 to /5, pinned on join, on in-process groups and on real worker pro
 from __future__ import annotations
 
 import pytest
-from external import golden_workload
 from hypothesis import given
 from hypothesis import strategies as st
-from invariants import GOLDEN_NAMES, PROPERTY, plan_steps
 
 import inferris_dist
 from inferris_dist.engine import (
@@ -21,6 +19,9 @@ from inferris_dist.engine import (
     run_workload,
 )
 from inferris_dist.engine.shard import first_mismatch
+
+from tests.helpers.external import golden_workload
+from tests.helpers.invariants import GOLDEN_NAMES, PROPERTY, plan_steps
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,7 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, GOLDEN, Scheduler, cli, exit_line, run_json, start_worker
+
+from tests.helpers.external import CLI, ENV, GOLDEN, Scheduler, cli, exit_line, run_json, start_worker
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 

@@ -8,7 +8,8 @@ import json
 import sys
 
 import pytest
-from external import GOLDEN, LADDER, REPO, cli
+
+from tests.helpers.external import GOLDEN, LADDER, REPO, cli
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.procs]
 

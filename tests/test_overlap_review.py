@@ -7,7 +7,8 @@ import json
 import sys
 
 import pytest
-from external import REPO, cli
+
+from tests.helpers.external import REPO, cli
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from external import REPO
+
+from tests.helpers.external import REPO
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 

@@ -15,10 +15,11 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from invariants import check_invariants
-from naive_reference import naive_run
 
 from inferris_dist.engine import Engine, EngineError, LocalGroup, load_workload, run_workload
+
+from tests.helpers.invariants import check_invariants
+from tests.helpers.naive_reference import naive_run
 
 TOKEN_POOL = st.integers(min_value=0, max_value=3)
 

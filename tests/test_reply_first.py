@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from external import GOLDEN, cli
 
 from inferris_dist.engine import LocalGroup, load_workload
 from inferris_dist.engine.rank import RankExecutor
+
+from tests.helpers.external import GOLDEN, cli
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 

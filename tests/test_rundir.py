@@ -19,10 +19,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, REPO, Lines, long_spec, run_json
-from procs import connect_as_nobody, wait_until
 
 from inferris_dist.launcher import rundir
+
+from tests.helpers.external import CLI, ENV, REPO, Lines, long_spec, run_json
+from tests.helpers.procs import connect_as_nobody, wait_until
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 

@@ -6,10 +6,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
-from naive_reference import naive_run  # noqa: E402
 from serving import serving_workload  # noqa: E402
 
 from inferris_dist.engine import run_workload  # noqa: E402
+
+from tests.helpers.naive_reference import naive_run  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)   # every test here, one bound
 

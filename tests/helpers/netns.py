@@ -4,7 +4,7 @@ Its part: give a test several "machines" on one box, each with its own network
 stack and address, so the distributed engine runs across real addresses, and a
 host can be cut off from the network (link_down) and joined again (link_up).
 
-    from netns import Hosts, needs_netns
+    from tests.helpers.netns import Hosts, needs_netns
 
     @needs_netns
     def test_x():
@@ -32,7 +32,8 @@ import sys
 import time
 
 import pytest
-from procs import gone, wait_until
+
+from tests.helpers.procs import gone, wait_until
 
 NET = "192.0.2"
 BRIDGE = "br0"

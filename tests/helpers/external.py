@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Sequence
 
 import pytest
-from procs import all_gone
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers.procs import all_gone
+
+REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "data" / "golden"      # the SPEC's golden workloads and traces
 SCRIPT = Path(sys.executable).with_name("inferris-dist")
 CLI = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "inferris_dist.cli"]
@@ -212,13 +213,14 @@ def run_json(spec: str | Path, *args) -> list[str]:
 
 
 def stand_in_template(tmp_path: Path):
-    """A worker template whose children are tests/tests_template_child.py (a stand-in worker
-    that says it has its secret, then waits to be killed), started."""
+    """A worker template whose children are tests/helpers/template_child.py (a stand-in worker
+    that says it has its secret, then waits to be killed), started. The template imports it as
+    `tests.helpers.template_child`: the repository's root is on its PYTHONPATH."""
     from inferris_dist.launcher import Template
     env_path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = f"{REPO / 'tests'}{os.pathsep}{env_path}"
+    os.environ["PYTHONPATH"] = f"{REPO}{os.pathsep}{env_path}" if env_path else str(REPO)
     try:
-        template = Template("tests_template_child", tmp_path)
+        template = Template("tests.helpers.template_child", tmp_path)
         template.start()
     finally:
         os.environ["PYTHONPATH"] = env_path

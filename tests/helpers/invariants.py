@@ -4,7 +4,7 @@ helpers the tests of the mechanism notes (tests/test_note_NN_*.py) share.
 `check_invariants(eng)` asserts the bookkeeping invariants of the engine (SPEC §2, §3) from
 the outside, after a committed step:
 
-    from invariants import check_invariants
+    from tests.helpers.invariants import check_invariants
     eng = Engine(workload)
     for trace in eng.run():
         check_invariants(eng)
@@ -30,12 +30,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
 
-from external import GOLDEN, LADDER
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from inferris_dist import engine as engine_pkg
 from inferris_dist.engine import Engine, EngineError, State, Workload, load_workload, pages_needed
+
+from tests.helpers.external import GOLDEN, LADDER
 
 
 def _cache_sentinel(eng):
