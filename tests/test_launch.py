@@ -42,7 +42,7 @@ from inferris_dist.protocol import wire
 from inferris_dist.protocol.wire import MsgType, to_jsonable
 
 from tests.helpers.external import CLI, ENV, GOLDEN, REPO, cli, golden_lines
-from tests.helpers.procs import all_gone, gone
+from tests.helpers.procs import all_gone
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]   # every test here, one bound
 
@@ -89,20 +89,6 @@ def launched_lines(workload, world_size: int | None = None, **kw) -> tuple[list[
         lines.append(e.to_json())
     return lines, list(engine.group.pids_started)
 
-
-
-def kill_leftover_workers(pids) -> None:
-    """Cleanup after a failed test: SIGKILL workers we caused to start, by pid, if still ours."""
-    for pid in pids:
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"inferris_dist.rank" in cmdline and not gone(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 class LineReader:
@@ -310,39 +296,30 @@ def test_demo_launch_json_is_the_golden_demo_trace():
 
 def test_sigint_exits_130_and_stops_every_worker(tmp_path):
     proc, _, pids = start_long_launch(tmp_path)
-    try:
-        proc.send_signal(signal.SIGINT)
-        status, err = finish(proc, 15)
-        assert status == 130, err
-        assert "Traceback" not in err
-        assert "interrupted" in err
-        assert all_gone(pids, 2.0) == []
-    finally:
-        kill_leftover_workers(pids)
+    proc.send_signal(signal.SIGINT)
+    status, err = finish(proc, 15)
+    assert status == 130, err
+    assert "Traceback" not in err
+    assert "interrupted" in err
+    assert all_gone(pids, 2.0) == []
 
 
 def test_sigkill_to_the_scheduler_takes_its_workers_with_it(tmp_path):
     proc, _, pids = start_long_launch(tmp_path)
-    try:
-        proc.send_signal(signal.SIGKILL)
-        status, _ = finish(proc, 15)
-        assert status == -signal.SIGKILL
-        # Reparented now; a zombie nobody reaps counts as gone.
-        assert all_gone(pids, 2.0) == []
-    finally:
-        kill_leftover_workers(pids)
+    proc.send_signal(signal.SIGKILL)
+    status, _ = finish(proc, 15)
+    assert status == -signal.SIGKILL
+    # Reparented now; a zombie nobody reaps counts as gone.
+    assert all_gone(pids, 2.0) == []
 
 
 def test_sigterm_exits_143_and_stops_every_worker(tmp_path):
     proc, _, pids = start_long_launch(tmp_path)
-    try:
-        proc.send_signal(signal.SIGTERM)
-        status, err = finish(proc, 15)
-        assert status == 143, err
-        assert "Traceback" not in err
-        assert all_gone(pids, 2.0) == []
-    finally:
-        kill_leftover_workers(pids)
+    proc.send_signal(signal.SIGTERM)
+    status, err = finish(proc, 15)
+    assert status == 143, err
+    assert "Traceback" not in err
+    assert all_gone(pids, 2.0) == []
 
 
 # -- 7. the wire log -------------------------------------------------------------------------
