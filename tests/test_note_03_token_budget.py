@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferris_dist.engine import Engine, NeverFits, State
+from inferris_dist.engine import Engine, NeverFits, State, trace_dicts
 
 from tests.helpers.external import golden_workload
 from tests.helpers.invariants import (
@@ -17,7 +17,6 @@ from tests.helpers.invariants import (
     replay_whole,
     running_after_admission,
     snap,
-    trace_dicts,
     work_ids,
     workloads,
 )

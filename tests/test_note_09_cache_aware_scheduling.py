@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferris_dist.engine import CACHE, Engine, State, pages_needed
+from inferris_dist.engine import CACHE, Engine, State, pages_needed, trace_dicts
 
 from tests.helpers.external import golden_workload
 from tests.helpers.invariants import (
@@ -19,7 +19,6 @@ from tests.helpers.invariants import (
     chain,
     plan_steps,
     prefix_workloads,
-    trace_dicts,
 )
 
 pytestmark = pytest.mark.timeout(60)

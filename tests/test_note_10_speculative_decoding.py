@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-from inferris_dist.engine import Engine, State, pages_needed, verdict
+from inferris_dist.engine import Engine, State, pages_needed, trace_dicts, verdict
 from inferris_dist.engine.rungs import CACHE_FIELDS
 
 from tests.helpers.external import golden_workload
@@ -16,7 +16,6 @@ from tests.helpers.invariants import (
     as_workload,
     plan_steps,
     prefix_workloads,
-    trace_dicts,
 )
 
 pytestmark = pytest.mark.timeout(60)
