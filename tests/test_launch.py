@@ -41,7 +41,7 @@ from inferris_dist.engine import (
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.wire import MsgType, to_jsonable
 
-from tests.helpers.external import CLI, ENV, GOLDEN, REPO, cli, golden_lines
+from tests.helpers.external import CLI, ENV, GOLDEN, REPO, cli, comparable, golden_lines
 from tests.helpers.procs import all_gone
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]   # every test here, one bound
@@ -70,11 +70,6 @@ def spec_path(name: str) -> Path:
     return GOLDEN / f"{name}.spec.json"
 
 
-def comparable(lines: list[dict]) -> list[dict]:
-    """Golden files compare an error line by `error` and `step` only."""
-    return [{"error": x["error"], "step": x["step"]} if "error" in x else x for x in lines]
-
-
 def launched_lines(workload, world_size: int | None = None, **kw) -> tuple[list[dict], list[int]]:
     """The SPEC §4 lines of a run through the library `launch`, and the pids it started."""
     lines: list[dict] = []
@@ -88,7 +83,6 @@ def launched_lines(workload, world_size: int | None = None, **kw) -> tuple[list[
         assert engine is not None, f"launch failed before yielding an engine: {e.to_json()}"
         lines.append(e.to_json())
     return lines, list(engine.group.pids_started)
-
 
 
 class LineReader:

@@ -47,6 +47,12 @@ def golden_lines(name: str, rung: str = "full") -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def comparable(lines: list[dict]) -> list[dict]:
+    """SPEC §4 lines as the goldens compare them (tools/check_golden.py too): an error line by
+    its kind and step only, its message is free."""
+    return [{"error": x["error"], "step": x["step"]} if "error" in x else x for x in lines]
+
+
 class Lines:
     """A child's output stream, read line by line, each read bounded by a deadline."""
 
