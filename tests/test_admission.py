@@ -180,7 +180,7 @@ def test_a_rank_already_taken_in_this_admission_is_refused(tmp_path):
 
 
 # -- hostile peers against a live ProcessGroup, during the handshake and the run -------------------
-# (moved from test_wire.py: that file is the codec, this one the peers on live sockets)
+# (test_wire.py is the codec; this file, the peers on live sockets)
 
 EXT = msgpack.ExtType(5, b"abc")
 NESTED_CLAIMS = (b"\xdd" + wire.MAX_ARRAY_LEN.to_bytes(4, "big")) * 1023
@@ -459,7 +459,7 @@ def test_workers_outlive_the_thread_that_started_them():
         group.close()
 
 
-# -- 5. memory -------------------------------------------------------------------------------
+# -- memory ----------------------------------------------------------------------------------
 
 def rss_kb() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():

@@ -1,4 +1,4 @@
-"""Tests of tests/netns.py itself: hosts reach each other, a partition cuts a host
+"""Tests of tests/helpers/netns.py itself: hosts reach each other, a partition cuts a host
 off and healing restores it, and closing leaves no namespace or process behind."""
 from __future__ import annotations
 

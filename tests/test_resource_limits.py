@@ -1,7 +1,6 @@
-"""A machine that says no, named for what it is (issue "Hostile surroundings, round three",
-findings 13-15): a CONFIG too big for the wire, a full disk, a refused worker, the process
-limit, too few descriptors. Each is one clear diagnosis naming the resource, never a rank
-blamed for the machine's refusal, never an abort inside ZeroMQ.
+"""A machine that says no, named for what it is: a CONFIG too big for the wire, a full disk,
+a refused worker, the process limit, too few descriptors. Each is one clear diagnosis naming
+the resource, never a rank blamed for the machine's refusal, never an abort inside ZeroMQ.
 """
 from __future__ import annotations
 

@@ -91,7 +91,7 @@ def test_a_launch_forks_its_ranks_and_restarts_from_the_template():
 
 def test_an_exit_report_returns_as_soon_as_it_is_in(tmp_path):
     """The template's report of a child's exit is returned when it arrives, not after the
-    whole wait (a death was seen a second late on every loss): asked with a 600 s wait, it
+    whole wait (else every death is seen a second late): asked with a 600 s wait, it
     must come back within this test's own timeout."""
     template = stand_in_template(tmp_path)
     try:

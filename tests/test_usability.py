@@ -1,5 +1,5 @@
-"""A newcomer's first hour (issue 11): a workload written from the README alone, a big run
-that stays readable, a long run that shows it is alive (only on a terminal), a `compare`
+"""The command line as a first-time user meets it: a workload written from the README alone,
+a big run that stays readable, a long run that shows it is alive (only on a terminal), a `compare`
 that can break things and says which side failed, the small things (--version, --help)."""
 from __future__ import annotations
 

@@ -138,6 +138,19 @@ class Scheduler:
         self.proc.wait(10)
 
 
+def local_launch(args, **kw) -> tuple[subprocess.Popen, str]:
+    """`inferris-dist launch ARGS` (spawning its workers, human output) as a child, once its
+    workers are up; (process, its socket address). The process's `pids` attribute: its workers'
+    pids; `lines`: its stdout, read so far."""
+    proc = subprocess.Popen([*CLI, "launch", *map(str, args)], env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, **kw)
+    out = Lines(proc.stdout)
+    line = out.until(r"rank workers up in", 30)
+    proc.lines = out
+    proc.pids = [int(p) for p in line.split(", pids ")[1].split()]
+    return proc, re.search(r" at (\S+), pids", line).group(1)
+
+
 def cli(*args, timeout: float = 60, stdin: str | None = None, cmd: list[str] | None = None,
         **kw) -> subprocess.CompletedProcess:
     """`inferris-dist ARGS...` to its end, from the repository's root: output as text."""
