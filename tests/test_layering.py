@@ -15,6 +15,7 @@ is checked too: it loads the rank executor and the wire codec, nothing of the co
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import subprocess
 import sys
@@ -116,6 +117,19 @@ CONTROL_PLANE = {"inferris_dist.engine.step", "inferris_dist.engine.scheduler",
                  "inferris_dist.engine.prefix", "inferris_dist.engine.pool",
                  "inferris_dist.engine.workload", "inferris_dist.engine.speculation",
                  "inferris_dist.engine.boundary"}
+
+
+def test_a_missing_lazy_name_is_said_of_the_module_by_its_import_name():
+    """A package of ours that exports names lazily (a module `__getattr__`) names itself as it
+    is imported (`inferris_dist.engine`, not the folder `engine` it lives in) when a name is
+    missing, as Python does for any module."""
+    lazy = [name for name, (_, path) in modules().items() if "\ndef __getattr__(" in path.read_text()]
+    assert {"inferris_dist", "inferris_dist.engine"} <= set(lazy), lazy
+    for name in lazy:
+        module = importlib.import_module(name)
+        with pytest.raises(AttributeError) as info:
+            module.no_such_name_here
+        assert str(info.value) == f"module {name!r} has no attribute 'no_such_name_here'"
 
 
 def test_a_fresh_worker_loads_only_what_a_rank_needs():

@@ -7,16 +7,12 @@ printed under the attempt that failed, and a one-shot fault at the step ahead fi
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
-from tests.helpers.external import GOLDEN, LADDER, REPO, cli
+from tests.helpers.external import GOLDEN, LADDER, cli, serving_spec
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.procs]
-
-sys.path.insert(0, str(REPO / "examples"))
-from serving import serving_workload  # noqa: E402
 
 
 def overlap_golden(case: str) -> str:
@@ -33,9 +29,7 @@ def events(log, name: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def serving(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("serving") / "serving.json"
-    path.write_text(json.dumps(serving_workload(60, world_size=4)))
-    return str(path)
+    return str(serving_spec(tmp_path_factory.mktemp("serving") / "serving.json", 60, world_size=4))
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +142,7 @@ def test_a_bad_exec_cost_is_one_line_and_status_2(bad):
 @pytest.fixture(scope="module")
 def serving20(tmp_path_factory) -> str:
     """A shorter serving workload for three ranks."""
-    path = tmp_path_factory.mktemp("serving") / "serving20.json"
-    path.write_text(json.dumps(serving_workload(20, world_size=3)))
-    return str(path)
+    return str(serving_spec(tmp_path_factory.mktemp("serving") / "serving20.json", 20, world_size=3))
 
 
 def test_results_kept_for_a_plan_sent_ahead_are_in_the_wire_log(serving20, tmp_path):

@@ -9,12 +9,11 @@ import pty
 import re
 import select
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.external import CLI, ENV, REPO, cli
+from tests.helpers.external import CLI, ENV, REPO, cli, serving_spec
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
@@ -25,11 +24,7 @@ README = (REPO / "README.md").read_text()
 @pytest.fixture(scope="module")
 def big(tmp_path_factory) -> Path:
     """A 300-request serving workload."""
-    sys.path.insert(0, str(REPO / "examples"))
-    from serving import serving_workload
-    path = tmp_path_factory.mktemp("big") / "serving300.json"
-    path.write_text(json.dumps(serving_workload(300)))
-    return path
+    return serving_spec(tmp_path_factory.mktemp("big") / "serving300.json", 300)
 
 
 # -- 1. the workload format ----------------------------------------------------------------------

@@ -33,6 +33,7 @@ for _var in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WO
     ENV.pop(_var, None)
 LISTENING = re.compile(r"listening at (tcp://\S+) ")
 LADDER = GOLDEN / "ladder"                           # the goldens at each rung of the ladder
+EXAMPLES = REPO / "examples"
 
 
 def golden_workload(name: str):
@@ -45,6 +46,16 @@ def golden_lines(name: str, rung: str = "full") -> list[dict]:
     """A golden trace, one dict per line (at `rung` of the ladder)."""
     path = GOLDEN / f"{name}.trace.jsonl" if rung == "full" else LADDER / f"{name}.{rung}.trace.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def serving_spec(path: Path, requests: int, world_size: int = 1, seed: int = 7) -> Path:
+    """The serving-shaped workload of examples/serving.py (`--write`: the example run as a
+    program, as a user runs it), written to `path`."""
+    done = subprocess.run([sys.executable, str(EXAMPLES / "serving.py"), "--write", str(path),
+                           "--requests", str(requests), "--world-size", str(world_size), "--seed", str(seed)],
+                          capture_output=True, text=True, env=ENV, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return path
 
 
 def comparable(lines: list[dict]) -> list[dict]:
