@@ -104,7 +104,7 @@ def test_every_part_imports_only_what_it_may():
 
 
 def test_the_rule_finds_an_arrow_running_back_up(tmp_path, monkeypatch):
-    """The check has been seen to fail: a rank module importing the scheduler is caught."""
+    """The check can fail: a rank module importing the scheduler is caught."""
     bad = tmp_path / "bad.py"
     bad.write_text("from inferris_dist.scheduler.group import ProcessGroup\n")
     found = imports_of("inferris_dist.rank.bad", bad)
