@@ -45,7 +45,7 @@ _LAZY = {
 def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value

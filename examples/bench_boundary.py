@@ -22,18 +22,16 @@ from pathlib import Path
 
 import msgpack
 import zmq
+from serving import serving_workload  # examples/serving.py, beside this script
+
+from inferris_dist import launch
+from inferris_dist.engine import Engine, LocalGroup, accept_scripts, load_workload
+from inferris_dist.engine.rank import RankExecutor
+from inferris_dist.launcher import spawn_workers, stop_workers
+from inferris_dist.protocol import wire
+from inferris_dist.protocol.wire import MsgType, encode_body
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-
-from serving import serving_workload  # noqa: E402
-
-from inferris_dist import launch  # noqa: E402
-from inferris_dist.engine import Engine, LocalGroup, accept_scripts, load_workload  # noqa: E402
-from inferris_dist.engine.rank import RankExecutor  # noqa: E402
-from inferris_dist.launcher import spawn_workers, stop_workers  # noqa: E402
-from inferris_dist.protocol import wire  # noqa: E402
-from inferris_dist.protocol.wire import MsgType, encode_body  # noqa: E402
 
 
 class Recorder(LocalGroup):

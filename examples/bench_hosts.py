@@ -20,15 +20,13 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE.parent / "tests"))
+from serving import serving_workload  # examples/serving.py, beside this script
 
-from serving import serving_workload  # noqa: E402
+from inferris_dist import launch
+from inferris_dist.engine import load_workload
+from inferris_dist.protocol.keys import write_keys
 
-from inferris_dist import launch  # noqa: E402
-from inferris_dist.engine import load_workload  # noqa: E402
-from inferris_dist.protocol.keys import write_keys  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 
 def inner(a) -> int:
@@ -60,6 +58,24 @@ def inner(a) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def namespace_hosts(names: list[str]):
+    """Hosts as network namespaces, made by the tests' helper (tests/helpers/netns.py) run as a
+    child from the repository's root, kept until the block ends; its one JSON line:
+    {"skip": reason}, or {"addr": {name: address}, "argv": {name: prefix}}."""
+    child = subprocess.Popen([sys.executable, "-m", "tests.helpers.netns", *names], cwd=REPO,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = child.stdout.readline()
+        yield json.loads(line) if line else {"skip": "the namespace helper ended without a word"}
+    finally:
+        child.stdin.close()                        # the helper removes the namespaces, then exits
+        try:
+            child.wait(30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
 def run_once(a, listen: str, keys: str | None, sched_prefix: list[str],
              worker_prefixes: list[list[str]]) -> tuple[float, int]:
     argv = [*sched_prefix, sys.executable, __file__, "--inner", "--listen", listen,
@@ -86,19 +102,18 @@ def main() -> int:
     a = ap.parse_args()
     if a.inner:
         return inner(a)
-    from netns import NETNS_SKIP, Hosts
     keys = tempfile.mkdtemp(prefix="bench-keys-")
     write_keys(keys, a.world_size)
     configs = {"loopback, plaintext": ("tcp://127.0.0.1:0", None, [], [[]]),
                "loopback, CURVE": ("tcp://127.0.0.1:0", keys, [], [[]])}
     with contextlib.ExitStack() as stack:
-        if NETNS_SKIP is None:
-            hosts = stack.enter_context(Hosts(["sched", "a", "b"]))
-            configs["veth (3 namespaces), CURVE"] = (f"tcp://{hosts.addr('sched')}:0", keys,
-                                                     hosts.argv("sched", []),
-                                                     [hosts.argv("a", []), hosts.argv("b", [])])
+        hosts = stack.enter_context(namespace_hosts(["sched", "a", "b"]))
+        if "skip" not in hosts:
+            configs["veth (3 namespaces), CURVE"] = (f"tcp://{hosts['addr']['sched']}:0", keys,
+                                                     hosts["argv"]["sched"],
+                                                     [hosts["argv"]["a"], hosts["argv"]["b"]])
         else:
-            print(f"(no namespaces: {NETNS_SKIP})")
+            print(f"(no namespaces: {hosts['skip']})")
         # interleaved, so that the machine's moods fall on every configuration alike
         times: dict[str, list[float]] = {name: [] for name in configs}
         steps = 0

@@ -16,16 +16,12 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from serving import serving_workload  # examples/serving.py, beside this script
 
-from serving import serving_workload  # noqa: E402
-
-from inferris_dist import launch  # noqa: E402
-from inferris_dist.engine import Engine, load_workload, trace_json_lines  # noqa: E402
-from inferris_dist.protocol.limits import parse_exec_cost  # noqa: E402
+from inferris_dist import launch
+from inferris_dist.engine import Engine, load_workload, trace_json_lines
+from inferris_dist.protocol.limits import parse_exec_cost
 
 RUNGS = ("full", "overlap")
 

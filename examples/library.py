@@ -1,15 +1,13 @@
 """Using inferris-dist as a library: the same workload in one process and on
 four worker processes, step by step, and a check that nothing changed.
 
-    python examples/library.py
+    .venv/bin/python examples/library.py     # after `make demo` or `make test`
+
+It imports inferris_dist as installed (`pip install -e .` in the venv): in a checkout the
+engine lives in engine/, which the package installs as inferris_dist.engine.
 """
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import inferris_dist  # noqa: E402
-from inferris_dist.engine import Engine, load_workload  # noqa: E402
+import inferris_dist
+from inferris_dist.engine import Engine, load_workload
 
 WORKLOAD = {
     "engine": {"max_step_tokens": 12, "page_size": 4, "num_pages": 12, "spec_len": 2},

@@ -3,7 +3,9 @@
 Each test process makes itself a child subreaper: a worker whose parent (a scheduler, or the
 template that forked it) dies is re-parented to us rather than to init, so every process our
 tests caused to start stays in view. After each test marked `procs`, any of them still
-running (a rank worker, spawned or forked, or a worker template) fails the test and is killed.
+running (a rank worker, spawned or forked, or a worker template) after LEFT_WITHIN seconds, or
+the marker's own `left_within`, fails the test and is killed: tests.helpers.procs's
+`leftover_workers`, the one leftover check of the suite.
 """
 from __future__ import annotations
 
@@ -14,11 +16,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from external import keys_for, stop_all
-from procs import wait_until
+
+from tests.helpers.external import keys_for, stop_all
+from tests.helpers.procs import LEFT_WITHIN, leftover_workers
 
 PR_SET_CHILD_SUBREAPER = 36
-OURS = (b"inferris_dist.rank", b"inferris_dist.launcher.template")   # in a worker's command line
 
 
 def pytest_configure(config):
@@ -28,49 +30,14 @@ def pytest_configure(config):
         pass                                   # not Linux: orphans go to init, out of view
 
 
-def descendants(root: int) -> dict[int, bytes]:
-    """Every live (not zombie) process below `root`: pid -> its command line."""
-    parent_of: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] not in "ZX":
-            parent_of[int(entry)] = int(fields[1])
-    found: dict[int, bytes] = {}
-    frontier = [root]
-    while frontier:
-        pid = frontier.pop()
-        for child, parent in parent_of.items():
-            if parent == pid and child not in found:
-                try:
-                    found[child] = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
-                except OSError:
-                    continue
-                frontier.append(child)
-    return found
-
-
-def leftover_workers(timeout: float = 10.0) -> dict[int, bytes]:
-    """Our workers and templates still running below this process after `timeout` seconds
-    (a worker leaves on its own when its scheduler is gone: give it the time to)."""
-    def ours() -> dict[int, bytes]:
-        return {pid: cmd for pid, cmd in descendants(os.getpid()).items() if any(o in cmd for o in OURS)}
-    wait_until(lambda: not ours(), timeout, interval=0.05)
-    return ours()
-
-
 @pytest.fixture(autouse=True)
 def no_worker_left(request):
     """After a test that starts processes: none of our workers may still run."""
     yield
-    if request.node.get_closest_marker("procs") is None:
+    marker = request.node.get_closest_marker("procs")
+    if marker is None:
         return
-    left = leftover_workers()
+    left = leftover_workers(marker.kwargs.get("left_within", LEFT_WITHIN))
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)

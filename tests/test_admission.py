@@ -20,8 +20,6 @@ from types import SimpleNamespace
 import msgpack
 import pytest
 import zmq
-from external import golden_workload
-from procs import wait_until
 
 from inferris_dist.engine import ItemOutcome, load_workload, run_workload
 from inferris_dist.observe.recorder import Recorder
@@ -35,6 +33,9 @@ from inferris_dist.scheduler.group import ProcessGroup
 from inferris_dist.scheduler.handshake import Admission
 from inferris_dist.scheduler.members import Spawned
 from inferris_dist.scheduler.options import LaunchOptions
+
+from tests.helpers.external import golden_workload
+from tests.helpers.procs import wait_until
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
@@ -180,7 +181,7 @@ def test_a_rank_already_taken_in_this_admission_is_refused(tmp_path):
 
 
 # -- hostile peers against a live ProcessGroup, during the handshake and the run -------------------
-# (moved from test_wire.py: that file is the codec, this one the peers on live sockets)
+# (test_wire.py is the codec; this file, the peers on live sockets)
 
 EXT = msgpack.ExtType(5, b"abc")
 NESTED_CLAIMS = (b"\xdd" + wire.MAX_ARRAY_LEN.to_bytes(4, "big")) * 1023
@@ -459,7 +460,7 @@ def test_workers_outlive_the_thread_that_started_them():
         group.close()
 
 
-# -- 5. memory -------------------------------------------------------------------------------
+# -- memory ----------------------------------------------------------------------------------
 
 def rss_kb() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():

@@ -1,9 +1,9 @@
 """Cache-aware scheduling: reuse (phase 2), publish (phase 11), eviction (phase 5)."""
 import json
 
-from external import GOLDEN
-
 from inferris_dist.engine import CACHE, Engine, load_workload, run_workload
+
+from tests.helpers.external import GOLDEN
 
 PROMPT = [1, 2, 3, 4, 5, 6, 7]
 

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from external import REPO
+
+from tests.helpers.external import REPO
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 

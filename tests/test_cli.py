@@ -13,15 +13,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from external import GOLDEN, REPO, SCRIPT, cli
 
 from inferris_dist.engine import run_workload
+
+from tests.helpers.external import GOLDEN, REPO, SCRIPT, cli, comparable
 
 pytestmark = pytest.mark.procs          # starts processes (pytest -m 'not procs' skips)
 
 GOLDEN_SPECS = sorted(p for p in GOLDEN.glob("*.spec.json")
                       if p.with_name(p.name.replace(".spec.json", ".trace.jsonl")).exists())
-
 
 
 def trace_of(spec: Path) -> Path:
@@ -30,11 +30,6 @@ def trace_of(spec: Path) -> Path:
 
 def read_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def comparable(lines: list[dict]) -> list[dict]:
-    """Golden files compare an error line by `error` and `step`, not the message."""
-    return [{"error": x["error"], "step": x["step"]} if "error" in x else x for x in lines]
 
 
 def assert_json_output_is(proc: subprocess.CompletedProcess, golden: Path) -> None:

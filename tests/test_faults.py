@@ -13,7 +13,7 @@ loop on a condition with a deadline, and the step timeouts are small (0.5 to
 2. a crash is detected through the process sentinel, not the step deadline;
 3. a failed step commits nothing to the control plane (snapshot before/after);
 4. faults from outside: SIGKILL and SIGSTOP a worker between steps;
-5. after every test, no worker process survives (the `workers` fixture);
+5. after every test, no worker process survives (conftest's leftover check, within GONE_WITHIN);
 6. the wire log of a restore run records the loss, the restart and the drops;
 7. faults in the workload JSON work like --fault; a bad fault spec is a usage
    error (exit 2, one stderr line).
@@ -29,15 +29,14 @@ import time
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, REPO, cli
-from invariants import check_invariants
-from procs import gone, wait_until
 
 import inferris_dist
 from inferris_dist.engine import BoundaryViolation, EngineError, GroupViolation, RankLost, run_workload
 from inferris_dist.engine.errors import ShardDivergence
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]   # every test here, one bound
+from tests.helpers.external import CLI, ENV, REPO, cli
+from tests.helpers.invariants import check_invariants
+from tests.helpers.procs import gone, wait_until
 
 DEMO = REPO / "tests" / "data" / "golden" / "demo.spec.json"
 
@@ -46,6 +45,9 @@ STEP_TIMEOUT = 1.0       # faults that do not involve the deadline never wait fo
 FAST_TIMEOUT = 0.5       # faults that are detected at the deadline (hang, long delay, SIGSTOP)
 GONE_WITHIN = 5.0        # seconds for every worker to be gone after a run
 
+# every test here, one bound; conftest's leftover check gives workers GONE_WITHIN to leave
+pytestmark = [pytest.mark.timeout(60), pytest.mark.procs(left_within=GONE_WITHIN)]
+
 BASELINE = run_workload(DEMO)            # the fault-free lines: 6 step traces, then the summary
 assert len(BASELINE) == 7 and "summary" in BASELINE[-1]
 
@@ -53,45 +55,7 @@ assert len(BASELINE) == 7 and "summary" in BASELINE[-1]
 # -- helpers --------------------------------------------------------------------------
 
 
-
-
-
-def is_our_worker(pid: int) -> bool:
-    """A rank worker of ours, spawned (`-m inferris_dist.rank`) or forked by the template."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"inferris_dist.rank" in cmdline or b"inferris_dist.launcher.template" in cmdline
-
-
-@pytest.fixture
-def workers():
-    """Collects the pids every run of a test started; afterwards each must be gone.
-
-    Call it with a live list (`group.pids_started`, which restarts extend) or
-    with pids. Leftovers are killed (only our workers, by pid) and fail the test.
-    """
-    sources: list = []
-
-    def track(pids) -> None:
-        sources.append(pids)
-
-    yield track
-    pids = sorted({p for source in sources for p in source})
-    wait_until(lambda: all(gone(p) for p in pids), GONE_WITHIN)
-    left = [p for p in pids if not gone(p)]
-    for pid in left:
-        if is_our_worker(pid):
-            try:
-                os.kill(pid, signal.SIGCONT)
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    assert not left, f"worker processes still running after the test: {left}"
-
-
-def run_lines(workers, faults=(), *, policy="abort", step_timeout=STEP_TIMEOUT,
+def run_lines(faults=(), *, policy="abort", step_timeout=STEP_TIMEOUT,
               world_size=WORLD_SIZE, **kw):
     """Run the demo through `launch`; (lines, error or None, engine). Lines end with the summary.
 
@@ -104,7 +68,6 @@ def run_lines(workers, faults=(), *, policy="abort", step_timeout=STEP_TIMEOUT,
     try:
         with inferris_dist.launch(DEMO, world_size=world_size, step_timeout=step_timeout,
                                   faults=list(faults), on_rank_loss=policy, **kw) as engine:
-            workers(engine.group.pids_started)
             for trace in engine.run():
                 lines.append(trace.to_json())
                 check_invariants(engine)
@@ -115,13 +78,12 @@ def run_lines(workers, faults=(), *, policy="abort", step_timeout=STEP_TIMEOUT,
     return lines, error, engine
 
 
-
-def cli_launch(workers, tmp_path: Path, *args, timeout: float = 60):
+def cli_launch(tmp_path: Path, *args, timeout: float = 60):
     """`inferris-dist launch ... --wire-log`; the completed process and the worker pids it started.
 
     The pids come from the HELLO messages in the wire log (restarted workers
-    too); any other worker of ours still running below the test process is
-    found by conftest's leftover check.
+    too); any worker of ours still running after the test is found by
+    conftest's leftover check.
     """
     log = tmp_path / f"wire{len(list(tmp_path.glob('wire*.jsonl')))}.jsonl"
     proc = subprocess.Popen(CLI + ["launch", *map(str, args), "--wire-log", str(log)],
@@ -134,7 +96,6 @@ def cli_launch(workers, tmp_path: Path, *args, timeout: float = 60):
         proc.communicate(timeout=10)
         pytest.fail(f"launch did not finish within {timeout} s")
     pids = [m["body"]["pid"] for m in read_jsonl(log) if m.get("type") == "HELLO" and m.get("dir") == "in"]
-    workers(pids)           # and any other still running below us: conftest's check after the test
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), pids
 
 
@@ -197,9 +158,9 @@ MATRIX = [(case, policy) for case in CASES for policy in POLICIES]
 
 
 @pytest.mark.parametrize("case,policy", MATRIX, ids=[f"{c.name}-{p}" for c, p in MATRIX])
-def test_fault_table(case, policy, workers):
+def test_fault_table(case, policy):
     started = time.monotonic()
-    lines, error, engine = run_lines(workers, [case.fault], policy=policy, step_timeout=case.timeout,
+    lines, error, engine = run_lines([case.fault], policy=policy, step_timeout=case.timeout,
                                      audit_every=case.audit_every)
     elapsed = time.monotonic() - started
     recoveries = engine.take_recoveries()
@@ -264,8 +225,8 @@ def test_fault_table(case, policy, workers):
 
 
 @pytest.mark.parametrize("policy", ["restore", "recompute"])
-def test_recurring_fault_exhausts_max_restarts(policy, workers):
-    lines, error, engine = run_lines(workers, ["1:crash@2+"], policy=policy, max_restarts=2)
+def test_recurring_fault_exhausts_max_restarts(policy):
+    lines, error, engine = run_lines(["1:crash@2+"], policy=policy, max_restarts=2)
     assert isinstance(error, RankLost), lines
     assert (error.rank, error.step, error.reason) == (1, 2, "died")
     assert error.epoch == 2, "the epoch of the last attempt"
@@ -278,17 +239,17 @@ def test_recurring_fault_exhausts_max_restarts(policy, workers):
     assert len(engine.group.pids_started) == WORLD_SIZE + 2
 
 
-def test_max_restarts_zero_fails_like_abort(workers):
-    lines, error, engine = run_lines(workers, ["1:crash@2"], policy="restore", max_restarts=0)
+def test_max_restarts_zero_fails_like_abort():
+    lines, error, engine = run_lines(["1:crash@2"], policy="restore", max_restarts=0)
     assert isinstance(error, RankLost)
     assert (error.rank, error.step, error.epoch) == (1, 2, 0)
     assert "restarts" in error.message
     assert engine.num_restarts == 0 and len(engine.group.pids_started) == WORLD_SIZE
 
 
-def test_faults_on_surviving_ranks_do_not_disturb_a_restore(workers):
+def test_faults_on_surviving_ranks_do_not_disturb_a_restore():
     """A crash and, on other ranks, a duplicate and a stale resend in the same step."""
-    lines, error, engine = run_lines(workers, ["1:crash@2", "2:duplicate@2", "3:stale@2"],
+    lines, error, engine = run_lines(["1:crash@2", "2:duplicate@2", "3:stale@2"],
                                      policy="restore")
     assert error is None, error.to_json()
     assert lines == BASELINE
@@ -297,9 +258,9 @@ def test_faults_on_surviving_ranks_do_not_disturb_a_restore(workers):
 
 
 @pytest.mark.parametrize("fault", ["all:crash@2", "all:exit@2"])
-def test_one_off_death_of_every_rank_is_survived(fault, workers):
+def test_one_off_death_of_every_rank_is_survived(fault):
     """Every rank dies once: the ranks found dead are restarted together, within --max-restarts."""
-    lines, error, engine = run_lines(workers, [fault], policy="restore")
+    lines, error, engine = run_lines([fault], policy="restore")
     assert error is None, error.to_json()
     assert lines == BASELINE
     assert 1 <= engine.num_restarts < WORLD_SIZE
@@ -307,16 +268,16 @@ def test_one_off_death_of_every_rank_is_survived(fault, workers):
     assert sorted(restarted) == list(range(WORLD_SIZE)), "each rank replaced exactly once"
 
 
-def test_one_off_hang_of_every_rank_needs_one_restart(workers):
-    lines, error, engine = run_lines(workers, ["all:hang@2"], policy="restore", world_size=2,
+def test_one_off_hang_of_every_rank_needs_one_restart():
+    lines, error, engine = run_lines(["all:hang@2"], policy="restore", world_size=2,
                                      step_timeout=FAST_TIMEOUT, max_restarts=1)
     assert error is None, error.to_json()
     assert lines == BASELINE
     assert engine.num_restarts == 1
 
 
-def test_recompute_after_a_failed_audit_shows_the_preemption_in_the_trace(workers):
-    lines, error, engine = run_lines(workers, ["1:drop-write@2"], policy="recompute", audit_every=1)
+def test_recompute_after_a_failed_audit_shows_the_preemption_in_the_trace():
+    lines, error, engine = run_lines(["1:drop-write@2"], policy="recompute", audit_every=1)
     assert error is None and lines[-1] == BASELINE[-1]
     recovery, = engine.take_recoveries()
     assert recovery.in_audit and recovery.preempted == ("r2",)
@@ -336,8 +297,8 @@ CLI_ABORTS = [
 
 @pytest.mark.parametrize("fault,kind,rank,step,reason,timeout", CLI_ABORTS,
                          ids=[c[0] for c in CLI_ABORTS])
-def test_cli_json_error_object(fault, kind, rank, step, reason, timeout, workers, tmp_path):
-    proc, pids = cli_launch(workers, tmp_path, "--spec", DEMO, "--fault", fault,
+def test_cli_json_error_object(fault, kind, rank, step, reason, timeout, tmp_path):
+    proc, pids = cli_launch(tmp_path, "--spec", DEMO, "--fault", fault,
                             "--step-timeout", timeout, "--json")
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -361,8 +322,8 @@ def test_cli_json_error_object(fault, kind, rank, step, reason, timeout, workers
     ("1:crash@2", "RankLost", ("rank 1", "SIGKILL")),
     ("1:drop-write@2", "ShardDivergence", ("rank 1", "page", "offset")),
 ])
-def test_cli_human_error_is_one_stderr_line(fault, kind, words, workers, tmp_path):
-    proc, _ = cli_launch(workers, tmp_path, "--spec", DEMO, "--fault", fault, "--step-timeout", 1,
+def test_cli_human_error_is_one_stderr_line(fault, kind, words, tmp_path):
+    proc, _ = cli_launch(tmp_path, "--spec", DEMO, "--fault", fault, "--step-timeout", 1,
                          "--audit-every", 1)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
@@ -373,14 +334,13 @@ def test_cli_human_error_is_one_stderr_line(fault, kind, words, workers, tmp_pat
     for word in words:
         assert word in line
     assert "none left running" in proc.stdout
-    pids_line = next(l for l in proc.stdout.splitlines() if " pids " in l)
-    workers(int(p) for p in re.search(r"pids((?:\s+\d+)+)", pids_line).group(1).split())
+    assert re.search(r" pids(\s+\d+)+", proc.stdout), proc.stdout          # the workers it started
 
 
-def test_cli_restore_json_is_the_fault_free_output(workers, tmp_path):
+def test_cli_restore_json_is_the_fault_free_output(tmp_path):
     ran = cli("run", "--json", "--spec", DEMO)
     assert ran.returncode == 0
-    proc, pids = cli_launch(workers, tmp_path, "--spec", DEMO, "--fault", "1:crash@2",
+    proc, pids = cli_launch(tmp_path, "--spec", DEMO, "--fault", "1:crash@2",
                             "--fault", "2:garble@4", "--on-rank-loss", "restore",
                             "--step-timeout", 1, "--json")
     assert proc.returncode == 0, proc.stderr
@@ -388,8 +348,8 @@ def test_cli_restore_json_is_the_fault_free_output(workers, tmp_path):
     assert len(pids) == WORLD_SIZE + 2, "two replacement workers"
 
 
-def test_cli_recurring_fault_gives_up(workers, tmp_path):
-    proc, pids = cli_launch(workers, tmp_path, "--spec", DEMO, "--fault", "1:exit@3+",
+def test_cli_recurring_fault_gives_up(tmp_path):
+    proc, pids = cli_launch(tmp_path, "--spec", DEMO, "--fault", "1:exit@3+",
                             "--on-rank-loss", "recompute", "--max-restarts", 1,
                             "--step-timeout", 1, "--json")
     assert proc.returncode == 1
@@ -402,13 +362,12 @@ def test_cli_recurring_fault_gives_up(workers, tmp_path):
 
 # -- 2. detection by sentinel, not by the clock ----------------------------------------
 
-def test_crash_is_seen_long_before_the_step_deadline(workers):
+def test_crash_is_seen_long_before_the_step_deadline():
     started = step_started = time.monotonic()
     failed_at = None
     with pytest.raises(RankLost) as info:
         with inferris_dist.launch(DEMO, world_size=WORLD_SIZE, step_timeout=30,
                                   faults=["1:crash@2"]) as engine:
-            workers(engine.group.pids_started)
             try:
                 for trace in engine.run():
                     step_started = time.monotonic()
@@ -431,10 +390,9 @@ ATOMIC = [
 
 
 @pytest.mark.parametrize("fault,error,where", ATOMIC, ids=[a[0] for a in ATOMIC])
-def test_failed_step_commits_nothing(fault, error, where, workers):
+def test_failed_step_commits_nothing(fault, error, where):
     with inferris_dist.launch(DEMO, world_size=WORLD_SIZE, step_timeout=STEP_TIMEOUT,
                               on_rank_loss="abort", faults=[fault]) as engine:
-        workers(engine.group.pids_started)
         assert [engine.step().to_json() for _ in range(2)] == BASELINE[:2]
         prepared = engine.prepare()
         assert prepared.step == 2
@@ -454,14 +412,13 @@ def test_failed_step_commits_nothing(fault, error, where, workers):
 
 # -- 4. faults from outside ------------------------------------------------------------
 
-def run_killing(workers, sig, policy, step_timeout):
+def run_killing(sig, policy, step_timeout):
     """Run the demo, sending `sig` to rank 2's worker after step 1; (lines, error, engine, victim)."""
     lines: list[dict] = []
     engine = error = victim = None
     try:
         with inferris_dist.launch(DEMO, world_size=WORLD_SIZE, step_timeout=step_timeout,
                                   on_rank_loss=policy) as engine:
-            workers(engine.group.pids_started)
             try:
                 for trace in engine.run():
                     lines.append(trace.to_json())
@@ -485,8 +442,8 @@ def run_killing(workers, sig, policy, step_timeout):
 
 
 @pytest.mark.parametrize("policy", ["abort", "restore"])
-def test_worker_killed_from_outside(policy, workers):
-    lines, error, engine, victim = run_killing(workers, signal.SIGKILL, policy, STEP_TIMEOUT)
+def test_worker_killed_from_outside(policy):
+    lines, error, engine, victim = run_killing(signal.SIGKILL, policy, STEP_TIMEOUT)
     if policy == "abort":
         assert isinstance(error, RankLost), lines
         assert (error.rank, error.step, error.epoch) == (2, 2, 0)
@@ -503,8 +460,8 @@ def test_worker_killed_from_outside(policy, workers):
 
 
 @pytest.mark.parametrize("policy", ["abort", "restore"])
-def test_worker_stopped_from_outside(policy, workers):
-    lines, error, engine, victim = run_killing(workers, signal.SIGSTOP, policy, FAST_TIMEOUT)
+def test_worker_stopped_from_outside(policy):
+    lines, error, engine, victim = run_killing(signal.SIGSTOP, policy, FAST_TIMEOUT)
     if policy == "abort":
         assert isinstance(error, RankLost), lines
         assert (error.rank, error.step, error.epoch, error.reason) == (2, 2, 0, "timeout")
@@ -520,9 +477,9 @@ def test_worker_stopped_from_outside(policy, workers):
 
 # -- 6. the wire log of a restore run ---------------------------------------------------
 
-def test_wire_log_records_loss_restart_and_drops(workers, tmp_path):
+def test_wire_log_records_loss_restart_and_drops(tmp_path):
     log = tmp_path / "wire.jsonl"
-    lines, error, engine = run_lines(workers, ["1:crash@2", "2:duplicate@1", "3:stale@4"],
+    lines, error, engine = run_lines(["1:crash@2", "2:duplicate@1", "3:stale@4"],
                                      policy="restore", wire_log=log)
     assert error is None, error.to_json()
     assert lines == BASELINE
@@ -557,9 +514,9 @@ def test_wire_log_records_loss_restart_and_drops(workers, tmp_path):
 
 # -- 7. faults in the workload, and bad fault specs -------------------------------------
 
-def test_faults_in_the_workload_json_work_like_the_flag(workers, tmp_path):
+def test_faults_in_the_workload_json_work_like_the_flag(tmp_path):
     spec = demo_with_faults(tmp_path, ["1:crash@2"])
-    proc, _ = cli_launch(workers, tmp_path, "--spec", spec, "--step-timeout", 1, "--json")
+    proc, _ = cli_launch(tmp_path, "--spec", spec, "--step-timeout", 1, "--json")
     assert proc.returncode == 1
     last = json_lines(proc.stdout)[-1]
     assert (last["error"], last["rank"], last["step"], last["epoch"], last["reason"]) == \
@@ -567,7 +524,6 @@ def test_faults_in_the_workload_json_work_like_the_flag(workers, tmp_path):
     # the same through the library, restored: the workload's faults plus one from the caller
     with inferris_dist.launch(spec, world_size=WORLD_SIZE, step_timeout=STEP_TIMEOUT,
                               faults=["3:garble@4"], on_rank_loss="restore") as engine:
-        workers(engine.group.pids_started)
         lines = [t.to_json() for t in engine.run()] + [{"summary": engine.summary()}]
         recoveries = engine.take_recoveries()
     assert lines == BASELINE

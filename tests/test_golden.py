@@ -5,9 +5,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from external import GOLDEN
 
 from inferris_dist.engine import load_workload, run_workload
+
+from tests.helpers.external import GOLDEN
 
 pytestmark = pytest.mark.procs          # starts processes (pytest -m 'not procs' skips)
 

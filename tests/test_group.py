@@ -2,7 +2,6 @@
 import json
 
 import pytest
-from external import GOLDEN
 
 from inferris_dist.engine import (
     Engine,
@@ -19,6 +18,8 @@ from inferris_dist.engine.boundary import build_plan
 from inferris_dist.engine.request import Request
 from inferris_dist.engine.shard import first_mismatch
 from inferris_dist.engine.workload import RequestSpec
+
+from tests.helpers.external import GOLDEN
 
 SPECS = sorted(p.name for p in GOLDEN.glob("*.spec.json"))
 

@@ -13,10 +13,11 @@ import signal
 import stat
 
 import pytest
-from external import GOLDEN, REPO, Scheduler, cli, exit_line, long_spec, run_json, start_worker
 
 from inferris_dist.protocol.keys import ClientKeys, KeyFileError, ServerKeys, write_keys
 from inferris_dist.protocol.placement import LAUNCHERS, PlacementError, place
+
+from tests.helpers.external import GOLDEN, REPO, Scheduler, cli, exit_line, long_spec, run_json, start_worker
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 

@@ -31,11 +31,12 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from external import ENV, GOLDEN, REPO
 
 from inferris_dist.cli.cmd_inspect import JSON_HELP, run_inspect
 from inferris_dist.cli.render import Style, human_bytes
 from inferris_dist.engine import WorkloadError
+
+from tests.helpers.external import ENV, GOLDEN, REPO
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 

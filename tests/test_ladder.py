@@ -10,7 +10,6 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, GOLDEN, golden_lines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +19,8 @@ from inferris_dist.cli.cmd_ladder import climb
 from inferris_dist.engine import Engine, load_workload, trace_dicts
 from inferris_dist.engine.rungs import NAMES, RUNGS
 
+from tests.helpers.external import CLI, ENV, GOLDEN, comparable, golden_lines
+
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 
 LADDER = GOLDEN / "ladder"
@@ -27,11 +28,6 @@ LADDER_CASES = sorted(tuple(p.name[:-len(".trace.jsonl")].rsplit(".", 1))
                       for p in LADDER.glob("*.trace.jsonl"))
 # the rung "full" is the whole engine: its traces are the main goldens
 CASES = sorted(LADDER_CASES + [(c, "full") for c in {c for c, _ in LADDER_CASES}])
-
-
-def comparable(lines: list[dict]) -> list[dict]:
-    """As check_golden compares them: an error line by its kind and step only."""
-    return [{"error": x["error"], "step": x["step"]} if "error" in x else x for x in lines]
 
 
 def spec(case: str) -> Path:

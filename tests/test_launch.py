@@ -10,7 +10,8 @@ condition with a deadline; nothing sleeps to synchronise.
 4-6. SIGINT / SIGKILL / SIGTERM to a running launch leave no worker behind;
 7. `--wire-log` records every message that crossed, PLAN bodies are the plans;
 8. the shard audit catches a dropped write (`--fault 1:drop-write@2`);
-9. a worker started by hand without the run secret says so in one line.
+9. a worker started by hand without the run secret says so in one line;
+10. a long idle stretch costs a trace line per step, and no round trip.
 """
 from __future__ import annotations
 
@@ -26,8 +27,6 @@ import time
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, GOLDEN, REPO, cli, golden_lines
-from procs import all_gone, gone
 
 import inferris_dist
 from inferris_dist.cli.workload_source import DEMO
@@ -42,6 +41,9 @@ from inferris_dist.engine import (
 )
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.wire import MsgType, to_jsonable
+
+from tests.helpers.external import CLI, ENV, GOLDEN, REPO, cli, comparable, golden_lines
+from tests.helpers.procs import all_gone
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]   # every test here, one bound
 
@@ -69,11 +71,6 @@ def spec_path(name: str) -> Path:
     return GOLDEN / f"{name}.spec.json"
 
 
-def comparable(lines: list[dict]) -> list[dict]:
-    """Golden files compare an error line by `error` and `step` only."""
-    return [{"error": x["error"], "step": x["step"]} if "error" in x else x for x in lines]
-
-
 def launched_lines(workload, world_size: int | None = None, **kw) -> tuple[list[dict], list[int]]:
     """The SPEC §4 lines of a run through the library `launch`, and the pids it started."""
     lines: list[dict] = []
@@ -87,21 +84,6 @@ def launched_lines(workload, world_size: int | None = None, **kw) -> tuple[list[
         assert engine is not None, f"launch failed before yielding an engine: {e.to_json()}"
         lines.append(e.to_json())
     return lines, list(engine.group.pids_started)
-
-
-
-def kill_leftover_workers(pids) -> None:
-    """Cleanup after a failed test: SIGKILL workers we caused to start, by pid, if still ours."""
-    for pid in pids:
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"inferris_dist.rank" in cmdline and not gone(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 class LineReader:
@@ -309,39 +291,30 @@ def test_demo_launch_json_is_the_golden_demo_trace():
 
 def test_sigint_exits_130_and_stops_every_worker(tmp_path):
     proc, _, pids = start_long_launch(tmp_path)
-    try:
-        proc.send_signal(signal.SIGINT)
-        status, err = finish(proc, 15)
-        assert status == 130, err
-        assert "Traceback" not in err
-        assert "interrupted" in err
-        assert all_gone(pids, 2.0) == []
-    finally:
-        kill_leftover_workers(pids)
+    proc.send_signal(signal.SIGINT)
+    status, err = finish(proc, 15)
+    assert status == 130, err
+    assert "Traceback" not in err
+    assert "interrupted" in err
+    assert all_gone(pids, 2.0) == []
 
 
 def test_sigkill_to_the_scheduler_takes_its_workers_with_it(tmp_path):
     proc, _, pids = start_long_launch(tmp_path)
-    try:
-        proc.send_signal(signal.SIGKILL)
-        status, _ = finish(proc, 15)
-        assert status == -signal.SIGKILL
-        # Reparented now; a zombie nobody reaps counts as gone.
-        assert all_gone(pids, 2.0) == []
-    finally:
-        kill_leftover_workers(pids)
+    proc.send_signal(signal.SIGKILL)
+    status, _ = finish(proc, 15)
+    assert status == -signal.SIGKILL
+    # Reparented now; a zombie nobody reaps counts as gone.
+    assert all_gone(pids, 2.0) == []
 
 
 def test_sigterm_exits_143_and_stops_every_worker(tmp_path):
     proc, _, pids = start_long_launch(tmp_path)
-    try:
-        proc.send_signal(signal.SIGTERM)
-        status, err = finish(proc, 15)
-        assert status == 143, err
-        assert "Traceback" not in err
-        assert all_gone(pids, 2.0) == []
-    finally:
-        kill_leftover_workers(pids)
+    proc.send_signal(signal.SIGTERM)
+    status, err = finish(proc, 15)
+    assert status == 143, err
+    assert "Traceback" not in err
+    assert all_gone(pids, 2.0) == []
 
 
 # -- 7. the wire log -------------------------------------------------------------------------
@@ -440,3 +413,32 @@ def test_worker_without_secret_exits_with_one_clear_line():
     assert len(lines) == 1, proc.stderr
     assert "secret" in lines[0] and "rank 0" in lines[0]
     assert proc.stdout == ""
+
+
+# -- 10. long idle stretches ----------------------------------------------------------------------
+
+def test_a_million_idle_steps_take_seconds_and_no_round_trip(tmp_path):
+    spec = tmp_path / "idle.json"
+    spec.write_text(json.dumps({"engine": {}, "requests": [
+        {"request_id": "a", "prompt_len": 3, "max_new_tokens": 2},
+        {"request_id": "b", "prompt_len": 3, "max_new_tokens": 2, "arrival_step": 1_000_000}]}))
+    log = tmp_path / "wire.jsonl"
+    ran = cli("run", "--spec", spec, "--json", timeout=50)
+    launched = cli("launch", "--spec", spec, "--json", "--wire-log", log, timeout=50)
+    assert ran.returncode == launched.returncode == 0
+    assert ran.stdout == launched.stdout
+    lines = ran.stdout.splitlines()
+    assert len(lines) == 1_000_003
+    assert json.loads(lines[500_000]) == {"step": 500_000, "admitted": [], "scheduled": [], "executed": {},
+                                          "sampled": {}, "finished": {}, "preempted": [], "reused": {},
+                                          "published": {}, "evicted": [], "drafted": {}, "accepted": {},
+                                          "rolled_back": {}}
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    plans = [e for e in events if e.get("type") == "PLAN"]
+    assert len(plans) == 4                                # the 4 steps with work, to its 1 rank
+    idle = [e for e in events if e.get("event") == "idle"]
+    assert [(e["first"], e["last"]) for e in idle] == [(2, 999_999)]
+    # people see one line for the whole stretch (a shorter one: the format, not the speed)
+    spec.write_text(spec.read_text().replace("1000000", "10000"))
+    human = cli("run", "--spec", spec, timeout=50)
+    assert "2-9999  idle, waiting for arrivals" in human.stdout

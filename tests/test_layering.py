@@ -16,13 +16,15 @@ is checked too: it loads the rank executor and the wire codec, nothing of the co
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from external import REPO
+
+from tests.helpers.external import REPO
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
@@ -104,7 +106,7 @@ def test_every_part_imports_only_what_it_may():
 
 
 def test_the_rule_finds_an_arrow_running_back_up(tmp_path, monkeypatch):
-    """The check has been seen to fail: a rank module importing the scheduler is caught."""
+    """The check can fail: a rank module importing the scheduler is caught."""
     bad = tmp_path / "bad.py"
     bad.write_text("from inferris_dist.scheduler.group import ProcessGroup\n")
     found = imports_of("inferris_dist.rank.bad", bad)
@@ -117,6 +119,19 @@ CONTROL_PLANE = {"inferris_dist.engine.step", "inferris_dist.engine.scheduler",
                  "inferris_dist.engine.prefix", "inferris_dist.engine.pool",
                  "inferris_dist.engine.workload", "inferris_dist.engine.speculation",
                  "inferris_dist.engine.boundary"}
+
+
+def test_a_missing_lazy_name_is_said_of_the_module_by_its_import_name():
+    """A package of ours that exports names lazily (a module `__getattr__`) names itself as it
+    is imported (`inferris_dist.engine`, not the folder `engine` it lives in) when a name is
+    missing, as Python does for any module."""
+    lazy = [name for name, (_, path) in modules().items() if "\ndef __getattr__(" in path.read_text()]
+    assert {"inferris_dist", "inferris_dist.engine"} <= set(lazy), lazy
+    for name in lazy:
+        module = importlib.import_module(name)
+        with pytest.raises(AttributeError) as info:
+            module.no_such_name_here
+        assert str(info.value) == f"module {name!r} has no attribute 'no_such_name_here'"
 
 
 def test_a_fresh_worker_loads_only_what_a_rank_needs():

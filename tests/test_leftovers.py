@@ -1,15 +1,16 @@
-"""The leftover-worker check (conftest.py) has been seen to fail: a worker forked by a template
-whose template is killed is re-parented to the test process and found."""
+"""The leftover-worker check (tests/helpers/procs.py, run by conftest.py) can fail: a worker
+forked by a template whose template is killed is re-parented to the test process and found."""
 from __future__ import annotations
 
 import os
 import signal
 
 import pytest
-from conftest import leftover_workers
-from external import stand_in_template
 
 from inferris_dist.launcher import fork_workers
+
+from tests.helpers.external import stand_in_template
+from tests.helpers.procs import leftover_workers
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 

@@ -17,11 +17,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from external import GOLDEN, cli, golden_lines
 
 from inferris_dist.engine import CACHE, Engine, EngineError, load_workload
 from inferris_dist.engine.rungs import NAMES as RUNG_NAMES
 from inferris_dist.observe.metrics import COUNTERS, Metrics, step_counters
+
+from tests.helpers.external import GOLDEN, cli, golden_lines
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 

@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, REPO, Scheduler, run_json, stop_all
 
 from inferris_dist.protocol.keys import write_keys
+
+from tests.helpers.external import CLI, ENV, REPO, Scheduler, run_json, stop_all
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.procs]
 
@@ -71,7 +72,7 @@ def test_mpiexec_starts_the_ranks(tmp_path, n):
 
 @needs_mpich
 def test_a_crash_under_mpiexec_is_replaced_in_one_window_by_a_second_mpiexec(tmp_path):
-    """Issue "Seeing the boundary": rank 1 crashes and Hydra kills every rank of its launch.
+    """Rank 1 crashes and Hydra kills every rank of its launch.
     The scheduler waits one rejoin window for all of them (each loss seen while it waits),
     spends one restart, names the first cause; a second mpiexec brings four ranks back and
     the run ends with the fault-free trace."""

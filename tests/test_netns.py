@@ -1,4 +1,4 @@
-"""Tests of tests/netns.py itself: hosts reach each other, a partition cuts a host
+"""Tests of tests/helpers/netns.py itself: hosts reach each other, a partition cuts a host
 off and healing restores it, and closing leaves no namespace or process behind."""
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import sys
 import time
 
 import pytest
-from netns import NETNS_SKIP, Hosts
-from procs import gone, wait_until
+
+from tests.helpers.netns import NETNS_SKIP, Hosts
+from tests.helpers.procs import gone, wait_until
 
 pytestmark = [pytest.mark.procs, 
     pytest.mark.skipif(NETNS_SKIP is not None, reason=NETNS_SKIP or ""),

@@ -16,8 +16,9 @@ import json
 import sys
 
 import pytest
-from external import REPO, Scheduler, exit_line, long_spec, run_json, start_worker, stop_all
-from netns import NETNS_SKIP, Hosts
+
+from tests.helpers.external import REPO, Scheduler, exit_line, long_spec, run_json, start_worker, stop_all
+from tests.helpers.netns import NETNS_SKIP, Hosts
 
 pytestmark = [pytest.mark.procs, pytest.mark.timeout(90),
               pytest.mark.skipif(NETNS_SKIP is not None, reason=NETNS_SKIP or "")]

@@ -6,21 +6,21 @@ import copy
 import json
 
 import pytest
-from external import GOLDEN, LADDER, golden_workload
 from hypothesis import given
-from invariants import (
+
+from inferris_dist.engine import Engine, State, trace_dicts, trace_json_lines, trace_objects
+
+from tests.helpers.external import GOLDEN, LADDER, golden_workload
+from tests.helpers.invariants import (
     CASES,
     PROPERTY,
+    bounded,
     drive,
     drive_all,
     index_of,
     running_after_admission,
-    trace_dicts,
-    trace_json_lines,
     workloads,
 )
-
-from inferris_dist.engine import Engine, State
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -114,7 +114,8 @@ def test_a_request_leaves_the_batch_the_step_it_finishes(w):
 @pytest.mark.parametrize("case", CASES)
 def test_rung_01_traces_equal_rung_00_on_every_ladder_case(case):
     w = json.loads((GOLDEN / f"{case}.spec.json").read_text())
-    assert trace_json_lines(Engine(w, rung="01")) == trace_json_lines(Engine(copy.deepcopy(w), rung="00"))
+    assert (list(trace_json_lines(Engine(w, rung="01")))
+            == list(trace_json_lines(Engine(copy.deepcopy(w), rung="00"))))
     assert ((LADDER / f"{case}.01.trace.jsonl").read_text()
             == (LADDER / f"{case}.00.trace.jsonl").read_text())
 
@@ -123,18 +124,19 @@ def test_rung_01_traces_equal_rung_00_on_every_ladder_case(case):
 @PROPERTY
 @given(workloads())
 def test_rung_01_traces_equal_rung_00(w):
-    assert (trace_json_lines(Engine(copy.deepcopy(w), rung="01"))
-            == trace_json_lines(Engine(copy.deepcopy(w), rung="00")))
+    assert (list(bounded(trace_json_lines(Engine(copy.deepcopy(w), rung="01"))))
+            == list(bounded(trace_json_lines(Engine(copy.deepcopy(w), rung="00")))))
 
 
 @pytest.mark.invariant("continuous-batching/5")
 @PROPERTY
 @given(workloads())
 def test_without_a_budget_a_request_runs_as_if_alone(w):
-    together = trace_dicts(Engine(copy.deepcopy(w), rung="01"))[:-1]
+    together = list(bounded(trace_objects(Engine(copy.deepcopy(w), rung="01"))))[:-1]
     for spec in w["requests"]:
         rid = spec["request_id"]
-        alone = trace_dicts(Engine({"engine": w["engine"], "requests": [spec]}, rung="01"))[:-1]
+        alone = Engine({"engine": w["engine"], "requests": [spec]}, rung="01")
+        alone = list(bounded(trace_objects(alone)))[:-1]
         mine = [(t["step"], t["executed"].get(rid), t["sampled"].get(rid), t["finished"].get(rid))
                 for t in together if rid in t["scheduled"]]
         solo = [(t["step"], t["executed"].get(rid), t["sampled"].get(rid), t["finished"].get(rid))

@@ -5,21 +5,21 @@ from __future__ import annotations
 import copy
 
 import pytest
-from external import golden_workload
 from hypothesis import given
 from hypothesis import strategies as st
-from invariants import (
+
+from inferris_dist.engine import Engine, NeverFits, State, trace_dicts
+
+from tests.helpers.external import golden_workload
+from tests.helpers.invariants import (
     PROPERTY,
     drive_all,
     replay_whole,
     running_after_admission,
     snap,
-    trace_dicts,
     work_ids,
     workloads,
 )
-
-from inferris_dist.engine import Engine, NeverFits, State
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -5,19 +5,20 @@ from __future__ import annotations
 import copy
 
 import pytest
-from external import golden_workload
 from hypothesis import given
-from invariants import (
+
+from inferris_dist.engine import Engine, State, trace_dicts, trace_objects
+
+from tests.helpers.external import golden_workload
+from tests.helpers.invariants import (
     PROPERTY,
+    bounded,
     drive_all,
     replay_chunked,
     roomy,
     running_after_admission,
-    trace_dicts,
     workloads,
 )
-
-from inferris_dist.engine import Engine, State
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -106,8 +107,8 @@ def test_the_prompt_that_never_fits_at_rung_03_completes_at_rung_04():
 @given(workloads())
 def test_chunking_changes_when_not_what(w):
     w = roomy(w)
-    chunked = trace_dicts(Engine(copy.deepcopy(w), rung="04"))
-    whole = trace_dicts(Engine(copy.deepcopy(w), rung="00"))
+    chunked = list(bounded(trace_objects(Engine(copy.deepcopy(w), rung="04"))))
+    whole = list(bounded(trace_objects(Engine(copy.deepcopy(w), rung="00"))))
     assert chunked[-1] == whole[-1]
     for rid in (r["request_id"] for r in w["requests"]):
         samples = [t["sampled"][rid] for t in chunked[:-1] if rid in t["sampled"]]

@@ -5,22 +5,23 @@ from __future__ import annotations
 import copy
 
 import pytest
-from external import golden_workload
 from hypothesis import given
 from hypothesis import strategies as st
-from invariants import (
+
+from inferris_dist.engine import Engine, Irreducible, State, pages_needed, trace_dicts, trace_objects
+
+from tests.helpers.external import golden_workload
+from tests.helpers.invariants import (
     PROPERTY,
+    bounded,
     drive_all,
     index_of,
     replay_chunked,
     roomy,
     running_after_admission,
-    trace_dicts,
     work_ids,
     workloads,
 )
-
-from inferris_dist.engine import Engine, Irreducible, State, pages_needed
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -170,21 +171,21 @@ def test_preemption_only_when_the_step_is_short(w):
 @given(workloads())
 def test_with_a_roomy_pool_rung_05_is_rung_04(w):
     w = roomy(w)
-    with_preemption = trace_dicts(Engine(copy.deepcopy(w), rung="05"))
+    with_preemption = list(bounded(trace_objects(Engine(copy.deepcopy(w), rung="05"))))
     assert all(t["preempted"] == [] for t in with_preemption[:-1])
     without = [{k: v for k, v in t.items() if k != "preempted"} for t in with_preemption]
-    assert without == trace_dicts(Engine(copy.deepcopy(w), rung="04"))
+    assert without == list(bounded(trace_objects(Engine(copy.deepcopy(w), rung="04"))))
 
 
 @pytest.mark.invariant("preemption/5")
 @PROPERTY
 @given(st.one_of(pressured(), workloads()))
 def test_preemption_changes_when_not_what(w):
-    short = trace_dicts(Engine(copy.deepcopy(w), rung="05"))
+    short = list(bounded(trace_objects(Engine(copy.deepcopy(w), rung="05"))))
     if "error" in short[-1]:
         assert short[-1]["error"] == "Irreducible"
         return
-    assert short[-1] == trace_dicts(Engine(roomy(w), rung="05"))[-1]
+    assert short[-1] == list(bounded(trace_objects(Engine(roomy(w), rung="05"))))[-1]
 
 
 @pytest.mark.invariant("preemption/5")

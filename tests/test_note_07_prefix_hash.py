@@ -5,13 +5,14 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from external import golden_workload
 from hypothesis import given
 from hypothesis import strategies as st
-from invariants import PROPERTY, bounded
 
 from inferris_dist.engine import Engine, caching
 from inferris_dist.engine.prefix import ROOT_KEY, KeyTable
+
+from tests.helpers.external import golden_workload
+from tests.helpers.invariants import PROPERTY, bounded
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from external import golden_workload
 from hypothesis import given
 from hypothesis import strategies as st
-from invariants import CACHE_RUNGS, GOLDEN_NAMES, PROPERTY, bounded, cache_paths, plan_steps
 
 from inferris_dist.engine import CACHE, Engine
 from inferris_dist.engine.prefix import RadixCache
+
+from tests.helpers.external import golden_workload
+from tests.helpers.invariants import CACHE_RUNGS, GOLDEN_NAMES, PROPERTY, bounded, cache_paths, plan_steps
 
 pytestmark = pytest.mark.timeout(60)
 

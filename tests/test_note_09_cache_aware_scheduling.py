@@ -5,10 +5,13 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from external import golden_workload
 from hypothesis import given
 from hypothesis import strategies as st
-from invariants import (
+
+from inferris_dist.engine import CACHE, Engine, State, pages_needed, trace_dicts
+
+from tests.helpers.external import golden_workload
+from tests.helpers.invariants import (
     CACHE_RUNGS,
     GOLDEN_NAMES,
     PROPERTY,
@@ -16,10 +19,7 @@ from invariants import (
     chain,
     plan_steps,
     prefix_workloads,
-    trace_dicts,
 )
-
-from inferris_dist.engine import CACHE, Engine, State, pages_needed
 
 pytestmark = pytest.mark.timeout(60)
 

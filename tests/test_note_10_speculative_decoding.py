@@ -3,12 +3,20 @@ speculative-decoding/1 to /5, pinned by checking every step's drafts, verdicts a
 from __future__ import annotations
 
 import pytest
-from external import golden_workload
 from hypothesis import given
-from invariants import GOLDEN_NAMES, PROPERTY, Step, as_workload, plan_steps, prefix_workloads, trace_dicts
 
-from inferris_dist.engine import Engine, State, pages_needed, verdict
+from inferris_dist.engine import Engine, State, pages_needed, trace_dicts, verdict
 from inferris_dist.engine.rungs import CACHE_FIELDS
+
+from tests.helpers.external import golden_workload
+from tests.helpers.invariants import (
+    GOLDEN_NAMES,
+    PROPERTY,
+    Step,
+    as_workload,
+    plan_steps,
+    prefix_workloads,
+)
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -3,13 +3,22 @@ executor-boundary/1 to /4, pinned on real plans and results, and on every way to
 from __future__ import annotations
 
 import pytest
-from external import golden_workload
 from hypothesis import given
 from hypothesis import strategies as st
-from invariants import GOLDEN_NAMES, PROPERTY, Step, as_workload, bounded, plan_steps, prefix_workloads
 
 from inferris_dist.engine import BoundaryViolation, Engine, EngineError, LocalGroup, expand_placements
 from inferris_dist.engine.boundary import validate
+
+from tests.helpers.external import golden_workload
+from tests.helpers.invariants import (
+    GOLDEN_NAMES,
+    PROPERTY,
+    Step,
+    as_workload,
+    bounded,
+    plan_steps,
+    prefix_workloads,
+)
 
 pytestmark = pytest.mark.timeout(60)
 

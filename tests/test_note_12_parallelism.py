@@ -3,10 +3,8 @@ parallelism/1 to /5, pinned on join, on in-process groups and on real worker pro
 from __future__ import annotations
 
 import pytest
-from external import golden_workload
 from hypothesis import given
 from hypothesis import strategies as st
-from invariants import GOLDEN_NAMES, PROPERTY, plan_steps
 
 import inferris_dist
 from inferris_dist.engine import (
@@ -21,6 +19,9 @@ from inferris_dist.engine import (
     run_workload,
 )
 from inferris_dist.engine.shard import first_mismatch
+
+from tests.helpers.external import comparable, golden_workload
+from tests.helpers.invariants import GOLDEN_NAMES, PROPERTY, plan_steps
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -71,10 +72,6 @@ def test_no_majority_vote(n, data):
         join(results, n, 7)
     with pytest.raises(GroupViolation):                  # also with a missing outcome
         join([RankExecutionResult(r, n, 7, OUT[:1] if r == odd else OUT) for r in range(n)], n, 7)
-
-
-def comparable(lines):
-    return [{"error": x["error"], "step": x["step"]} if "error" in x else x for x in lines]
 
 
 @pytest.mark.invariant("parallelism/3")

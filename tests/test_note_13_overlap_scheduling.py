@@ -12,10 +12,8 @@ import json
 from contextlib import redirect_stdout
 
 import pytest
-from external import GOLDEN, golden_lines
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from invariants import GOLDEN_NAMES, PROPERTY, as_workload, workloads
 
 from inferris_dist.cli import main as cli
 from inferris_dist.engine import (
@@ -30,6 +28,9 @@ from inferris_dist.engine import (
 from inferris_dist.engine.boundary import validate
 from inferris_dist.engine.messages import shifted_span
 from inferris_dist.engine.rungs import NAMES
+
+from tests.helpers.external import GOLDEN, comparable, golden_lines
+from tests.helpers.invariants import GOLDEN_NAMES, PROPERTY, as_workload, workloads
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -489,11 +490,6 @@ def test_outcomes_on_tight_pools(w):
 def test_outcomes_on_drawn_pools_that_fit_each_request(w):
     if fits_alone(w):
         same_outcomes(w)
-
-
-def comparable(lines: list[dict]) -> list[dict]:
-    """As the golden checks compare them: an error line by its kind and step only."""
-    return [{"error": x["error"], "step": x["step"]} if "error" in x else x for x in lines]
 
 
 # -- 6: the other rungs untouched; overlap deterministic -----------------------------------

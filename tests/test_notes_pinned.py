@@ -8,9 +8,10 @@ import shlex
 import subprocess
 
 import pytest
-from external import CLI, ENV, REPO
 
 from inferris_dist.cli.mechanisms import MECHANISMS
+
+from tests.helpers.external import CLI, ENV, REPO
 
 pytestmark = pytest.mark.timeout(120)
 

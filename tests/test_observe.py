@@ -1,4 +1,4 @@
-"""What the project shows is what happened (issue "Seeing the boundary", part 1).
+"""What the project shows is what happened.
 
 A death is seen at once (not after the template's exit report times out);
 every reply that crossed is in the wire log, failed attempts included;
@@ -15,7 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, GOLDEN, Scheduler, cli, exit_line, run_json, start_worker
+
+from tests.helpers.external import CLI, ENV, GOLDEN, Scheduler, cli, exit_line, run_json, start_worker
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 
@@ -29,7 +30,7 @@ def wire_lines(path: Path) -> list[dict]:
 
 def test_a_death_is_seen_at_once_and_every_reply_that_crossed_is_logged(tmp_path):
     """rank 2 dies on step 3's plan: the loss is logged (test_template.py pins that the
-    template's exit report no longer waits out its second; the README gives the measured
+    template's exit report does not wait out its second; the README gives the measured
     figure), and the wire log holds a RESULT line for every reply the rank table counts, the
     failed attempt's included."""
     log = tmp_path / "w.jsonl"
@@ -193,7 +194,7 @@ def test_the_worker_command_printed_names_the_keys_by_an_absolute_path(tmp_path,
     assert f"--keys {keys.resolve()} " in line, line
 
 
-# -- found in review ----------------------------------------------------------------------
+# -- the edges: late duplicates, protocol errors, outputs that fail ----------------------
 
 def test_a_late_duplicate_during_an_audit_is_dropped_with_a_wire_log(tmp_path):
     """A rank's duplicate RESULT (with its timing frame, which a wire log asks for) read while

@@ -4,7 +4,8 @@ tests/test_hosts.py's, at both rungs."""
 from __future__ import annotations
 
 import pytest
-from external import GOLDEN, Scheduler, exit_line, run_json, start_worker
+
+from tests.helpers.external import GOLDEN, Scheduler, exit_line, run_json, start_worker
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.procs]
 

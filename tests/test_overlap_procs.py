@@ -1,34 +1,35 @@
-"""Overlap scheduling on real processes (mechanism 13; issue "Mechanism 13, beyond the
-original"): step k+1's plan crosses before step k's results come back, the trace is the bytes
-of `run --rung overlap`, and a failure with two plans in flight keeps each policy's promise.
-Real worker processes and sockets."""
+"""Overlap scheduling on real processes (mechanism 13): step k+1's plan crosses before step
+k's results come back, the trace is the bytes of `run --rung overlap`, and a failure with two
+plans in flight keeps each policy's promise; what crossed is logged and said where it belongs:
+replies kept for a plan sent ahead are in the wire log when that plan is voided, a failure is
+printed under the attempt that failed, and a one-shot fault at the step ahead fires as at
+`full`. Real worker processes and sockets."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
-from external import GOLDEN, LADDER, REPO, cli
+
+from tests.helpers.external import GOLDEN, LADDER, cli, serving_spec
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.procs]
-
-sys.path.insert(0, str(REPO / "examples"))
-from serving import serving_workload  # noqa: E402
 
 
 def overlap_golden(case: str) -> str:
     return (LADDER / f"{case}.overlap.trace.jsonl").read_text()
 
 
+def records(log) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
 def events(log, name: str) -> list[dict]:
-    return [r for r in map(json.loads, log.read_text().splitlines()) if r.get("event") == name]
+    return [r for r in records(log) if r.get("event") == name]
 
 
 @pytest.fixture(scope="module")
 def serving(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("serving") / "serving.json"
-    path.write_text(json.dumps(serving_workload(60, world_size=4)))
-    return str(path)
+    return str(serving_spec(tmp_path_factory.mktemp("serving") / "serving.json", 60, world_size=4))
 
 
 @pytest.fixture(scope="module")
@@ -134,3 +135,57 @@ def test_a_bad_exec_cost_is_one_line_and_status_2(bad):
     done = cli("launch", "--exec-cost", bad, "--spec", GOLDEN / "demo.spec.json")
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "--exec-cost" in done.stderr
+
+
+# -- what is said and logged with two plans in flight -------------------------------------------
+
+@pytest.fixture(scope="module")
+def serving20(tmp_path_factory) -> str:
+    """A shorter serving workload for three ranks."""
+    return str(serving_spec(tmp_path_factory.mktemp("serving") / "serving20.json", 20, world_size=3))
+
+
+def test_results_kept_for_a_plan_sent_ahead_are_in_the_wire_log(serving20, tmp_path):
+    """Rank 1 answers step 5 late; meanwhile ranks 0 and 2 (and then 1) answer step 6, sent
+    ahead: those RESULTs are kept in step 6's round. Step 5 then fails (rank 2 disagrees) and
+    the epoch ends. Every RESULT that crossed is in the wire log: those joined as many as the
+    metrics count per rank, the ones kept for the voided plan marked void."""
+    log, metrics = tmp_path / "w.jsonl", tmp_path / "m.json"
+    done = cli("launch", "--rung", "overlap", "--json", "--world-size", 3, "--on-rank-loss", "restore",
+               "--fault", "1:delay@5:0.3", "--fault", "2:disagree@5", "--spec", serving20,
+               "--wire-log", log, "--metrics", metrics)
+    assert done.returncode == 0, done.stderr
+    logged = {r: 0 for r in range(3)}
+    for rec in records(log):
+        if rec.get("dir") == "in" and rec.get("type") == "RESULT" and not rec.get("dropped"):
+            logged[rec["rank"]] += 1
+    counted = {r["rank"]: r["steps"] for r in json.loads(metrics.read_text())["ranks"]}
+    assert logged == counted            # every RESULT joined is logged, none counted twice or missed
+    void = [r for r in records(log) if r.get("type") == "RESULT" and r.get("dropped") == "void"]
+    assert void and all(r["epoch"] == 0 and r["step"] == 6 for r in void)
+
+
+def test_each_failure_is_printed_under_its_own_attempt(serving20):
+    """A repeated crash with two plans in flight: every `! RankLost at step 5, epoch E` line
+    must come after the wire line of step 5's attempt in epoch E (the one that failed)."""
+    done = cli("launch", "--rung", "overlap", "--world-size", 3, "--on-rank-loss", "restore",
+               "--fault", "1:crash@5+", "--max-restarts", 2, "--spec", serving20)
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    for epoch in (0, 1):
+        failure = next(i for i, x in enumerate(lines) if f"RankLost at step 5, epoch {epoch}" in x)
+        prefix = "wire plan" if epoch == 0 else f"wire epoch {epoch}, plan"
+        attempt = next(i for i, x in enumerate(lines) if x.strip().startswith(prefix) and "lost" in x)
+        assert attempt < failure, "\n".join(lines[attempt - 8:attempt + 4])
+
+
+def test_a_one_shot_fault_at_the_step_ahead_fires_or_is_named(serving20, tmp_path):
+    """Rank 1 is killed on receiving plan 5, before it could act on plan 6 (sent ahead).
+    Its fault at 6 either fires on the replacement (as at `full`: two restarts) or is named as
+    never fired on stderr; it must not vanish without a word."""
+    log = tmp_path / "w.jsonl"
+    done = cli("launch", "--rung", "overlap", "--json", "--world-size", 3, "--on-rank-loss", "restore",
+               "--fault", "1:crash@5", "--fault", "1:garble@6", "--spec", serving20, "--wire-log", log)
+    assert done.returncode == 0, done.stderr
+    restarts = [r for r in records(log) if r.get("event") == "restart"]
+    assert len(restarts) == 2, (len(restarts), done.stderr)

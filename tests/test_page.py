@@ -27,10 +27,11 @@ import time
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, GOLDEN, REPO
 
 from inferris_dist.cli import page as page_module
 from inferris_dist.cli.page import LogReader, build_page, write_page
+
+from tests.helpers.external import CLI, ENV, GOLDEN, REPO
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 
@@ -454,7 +455,7 @@ def test_a_10000_step_16_rank_page_is_bounded(big):
 
 @pytest.fixture
 def browser():
-    from browser import Browser
+    from tests.helpers.browser import Browser
     with Browser(1400, 900) as b:
         yield b
 

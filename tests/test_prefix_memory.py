@@ -1,9 +1,9 @@
 """The prefix cache's memory grows linearly with the prompt, not with its square.
 
-A radix node once carried its whole path from the root (its tuple of per-parent
-insertion numbers), so one prompt of L blocks cost O(L^2): at page_size 1 a
-32k-token prompt took 4.2 GB and 64k ran out of memory, all inside the
-documented limits. These runs are real `inferris-dist run` processes; each is
+A radix node that carried its whole path from the root (a tuple of per-parent
+insertion numbers) would make one prompt of L blocks cost O(L^2): at page_size 1
+a 32k-token prompt would take 4.2 GB and 64k would run out of memory, all inside
+the documented limits. These runs are real `inferris-dist run` processes; each is
 held to an address-space limit (so a regression fails fast instead of eating
 the machine) and its own peak resident set, read by wait4, must stay small.
 """
@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from external import REPO
+
+from tests.helpers.external import REPO
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 

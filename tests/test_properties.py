@@ -15,10 +15,12 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from invariants import check_invariants
-from naive_reference import naive_run
 
 from inferris_dist.engine import Engine, EngineError, LocalGroup, load_workload, run_workload
+
+from tests.helpers.external import comparable
+from tests.helpers.invariants import check_invariants
+from tests.helpers.naive_reference import naive_run
 
 TOKEN_POOL = st.integers(min_value=0, max_value=3)
 
@@ -79,16 +81,6 @@ def step_bound(w: dict) -> int:
         total += prompt + r["max_new_tokens"]
         last_arrival = max(last_arrival, r.get("arrival_step", 0))
     return last_arrival + 4 * total + 50
-
-
-def comparable(lines: list[dict]) -> list[dict]:
-    """Error lines compare by kind and step only (SPEC §4)."""
-    out = []
-    for line in lines:
-        if "error" in line:
-            line = {"error": line["error"], "step": line["step"]}
-        out.append(line)
-    return out
 
 
 def as_json_lines(lines: list[dict]) -> list[str]:

@@ -2,7 +2,6 @@
 import json
 
 import pytest
-from external import GOLDEN
 
 from inferris_dist.engine import (
     CACHE,
@@ -18,6 +17,8 @@ from inferris_dist.engine.prefix import RadixCache
 from inferris_dist.engine.request import Request
 from inferris_dist.engine.residency import Holders, make_resident
 from inferris_dist.engine.workload import RequestSpec
+
+from tests.helpers.external import GOLDEN
 
 
 def make_request(index, rid, prompt=4):

@@ -1,11 +1,13 @@
-"""A run's private directory (launcher/rundir.py), two findings of a red-team review:
+"""A run's private directory (launcher/rundir.py):
 
 1. a local launch never listens where another user can reach it: under a TMPDIR too long
-   for a unix socket path it used to fall back to TCP on loopback, silently; now the
-   socket goes to a short private directory of ours, or the launch refuses in one line;
-2. the sweep of stale run directories judges a run by the lock it holds, not by its pid:
-   a sweep from another PID namespace, where every pid of ours looks dead, used to remove
-   a live run's directory.
+   for a unix socket path it does not fall back to TCP on loopback; the socket goes to a
+   short private directory of ours, or the launch refuses in one line;
+2. the sweep of stale run directories judges a run by the lock it holds, not by its pid: a
+   sweep from another PID namespace, where every pid of ours looks dead, leaves a live run's
+   directory alone;
+3. a crashed scheduler's run directory is removed by the next run; the sweep spares live runs
+   and names not of ours.
 """
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, REPO, Lines, long_spec, run_json
-from procs import connect_as_nobody, wait_until
 
 from inferris_dist.launcher import rundir
+
+from tests.helpers.external import CLI, ENV, REPO, Lines, cli, local_launch, long_spec, run_json
+from tests.helpers.procs import all_gone, connect_as_nobody, wait_until
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
@@ -288,7 +291,7 @@ def test_a_killed_scheduler_leaves_a_directory_the_next_sweep_removes(tmp_path, 
     assert not run_dir.exists()
 
 
-def test_old_style_directories_are_judged_by_pid_as_before(tmp_path):
+def test_old_style_directories_are_judged_by_pid(tmp_path):
     live = tmp_path / f"inferris-dist-{os.getpid()}-abcdefgh"
     dead = tmp_path / f"inferris-dist-{2 ** 22 + 12345}-abcdefgh"
     for d in (live, dead):
@@ -303,3 +306,31 @@ def test_a_new_style_directory_without_its_lock_is_left_alone(tmp_path):
     d.mkdir()
     assert rundir.sweep_stale(tmp_path) == []
     assert d.exists()
+
+
+# -- 3. a crashed scheduler's run directory ------------------------------------------------------
+
+def test_a_killed_schedulers_run_directory_is_swept_by_the_next_run(tmp_path, procs):
+    proc, address = local_launch(["--spec", long_spec(tmp_path), "--world-size", 2,
+                                  "--fault", "all:delay@0+:0.01"])
+    procs.append(proc)
+    run_dir = Path(address[len("ipc://"):]).parent
+    assert run_dir.name.startswith(f"inferris-dist-{proc.pid}-")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert run_dir.exists()                               # nobody could remove it
+    assert not all_gone(proc.pids, 5)                     # its workers died with it
+    done = cli("launch", "--world-size", 1)
+    assert done.returncode == 0
+    assert not run_dir.exists()
+
+
+def test_sweeping_spares_live_runs_and_other_names(tmp_path):
+    live = tmp_path / f"inferris-dist-{os.getpid()}-abc"
+    dead_pid = 2 ** 22 + 12345                            # beyond pid_max: never alive
+    dead = tmp_path / f"inferris-dist-{dead_pid}-abc"
+    other = tmp_path / "inferris-dist-xyz"
+    for d in (live, dead, other):
+        d.mkdir()
+    assert rundir.sweep_stale(tmp_path) == [dead]
+    assert live.exists() and other.exists() and not dead.exists()

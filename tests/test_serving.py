@@ -1,21 +1,19 @@
-"""The serving-shaped benchmark workload gives the naive SPEC implementation's trace."""
-import sys
-from pathlib import Path
+"""The serving-shaped benchmark workload (examples/serving.py) gives the naive SPEC
+implementation's trace."""
+import json
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+from inferris_dist.engine import run_workload
 
-from naive_reference import naive_run  # noqa: E402
-from serving import serving_workload  # noqa: E402
-
-from inferris_dist.engine import run_workload  # noqa: E402
+from tests.helpers.external import serving_spec
+from tests.helpers.naive_reference import naive_run
 
 pytestmark = pytest.mark.timeout(120)   # every test here, one bound
 
 
-def test_serving_workload_matches_the_naive_engine():
-    workload = serving_workload(150, seed=11)
+def test_serving_workload_matches_the_naive_engine(tmp_path):
+    workload = json.loads(serving_spec(tmp_path / "serving150.json", 150, seed=11).read_text())
     lines = run_workload(workload)
     assert lines == naive_run(workload)
     steps = [line for line in lines if "step" in line]

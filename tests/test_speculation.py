@@ -2,12 +2,13 @@
 import json
 
 import pytest
-from external import GOLDEN
 
 from inferris_dist.engine import Engine, PagePool, State, load_workload, run_workload, speculation, verdict
 from inferris_dist.engine.request import Request
 from inferris_dist.engine.speculation import draft_len, resolve
 from inferris_dist.engine.workload import RequestSpec
+
+from tests.helpers.external import GOLDEN
 
 
 def make_request(prompt, max_new, generated=0, computed=0, eos_after=None):

@@ -13,25 +13,20 @@ import textwrap
 import time
 
 import pytest
-from external import REPO, stand_in_template
-from procs import all_gone, gone
 
 import inferris_dist
 from inferris_dist.engine import load_workload, run_workload, trace_dicts
-from inferris_dist.launcher import Template, fork_workers, stop_workers
+from inferris_dist.launcher import fork_workers, stop_workers
+
+from tests.helpers.external import REPO, stand_in_template
+from tests.helpers.procs import all_gone, gone
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
 
 
 def test_forked_children_are_watched_and_described(tmp_path):
-    template = Template("tests_template_child", tmp_path)
-    env_path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = f"{REPO / 'tests'}{os.pathsep}{env_path}"
-    try:
-        template.start()
-    finally:
-        os.environ["PYTHONPATH"] = env_path
+    template = stand_in_template(tmp_path)
     try:
         workers = fork_workers(template, lambda r: [str(r)], b"s3cret", [0, 1, 2], tmp_path)
         assert len({w.pid for w in workers}) == 3 and all(w.pid != template.pid for w in workers)
@@ -57,8 +52,7 @@ def test_the_template_and_its_children_die_with_the_scheduler(tmp_path):
     """A scheduler killed with SIGKILL: the template goes (parent-death signal), and so do the
     workers it forked (theirs is the template)."""
     script = textwrap.dedent(f"""
-        import sys, time
-        sys.path.insert(0, {str(REPO)!r})
+        import time
         from pathlib import Path
         from inferris_dist.launcher import Template, fork_workers
         t = Template("inferris_dist.rank.cli", Path({str(tmp_path)!r}))
@@ -97,7 +91,7 @@ def test_a_launch_forks_its_ranks_and_restarts_from_the_template():
 
 def test_an_exit_report_returns_as_soon_as_it_is_in(tmp_path):
     """The template's report of a child's exit is returned when it arrives, not after the
-    whole wait (a death was seen a second late on every loss): asked with a 600 s wait, it
+    whole wait (else every death is seen a second late): asked with a 600 s wait, it
     must come back within this test's own timeout."""
     template = stand_in_template(tmp_path)
     try:

@@ -3,7 +3,8 @@ import json
 import subprocess
 
 import pytest
-from external import CLI, REPO
+
+from tests.helpers.external import CLI, REPO
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]   # every test here, one bound
 

@@ -8,7 +8,8 @@ import sys
 import zipfile
 
 import pytest
-from external import ENV, REPO
+
+from tests.helpers.external import ENV, REPO
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.procs]
 

@@ -21,7 +21,6 @@ import tracemalloc
 
 import msgpack
 import pytest
-from external import golden_workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -37,6 +36,8 @@ from inferris_dist.engine import (
 from inferris_dist.engine.shard import SlotStore
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.wire import MsgType, WireError
+
+from tests.helpers.external import golden_workload
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.procs]   # every test here, one bound
 

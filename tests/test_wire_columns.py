@@ -21,7 +21,6 @@ import struct
 
 import msgpack
 import pytest
-from external import GOLDEN, golden_workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +31,8 @@ from inferris_dist.protocol import wire
 from inferris_dist.protocol.faults import FaultPlan, parse_fault
 from inferris_dist.protocol.wire import MsgType, WireError
 from inferris_dist.rank.worker import Worker
+
+from tests.helpers.external import GOLDEN, golden_workload
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Sequence
 
 import pytest
-from procs import all_gone
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers.procs import all_gone
+
+REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "data" / "golden"      # the SPEC's golden workloads and traces
 SCRIPT = Path(sys.executable).with_name("inferris-dist")
 CLI = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "inferris_dist.cli"]
@@ -32,6 +33,7 @@ for _var in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WO
     ENV.pop(_var, None)
 LISTENING = re.compile(r"listening at (tcp://\S+) ")
 LADDER = GOLDEN / "ladder"                           # the goldens at each rung of the ladder
+EXAMPLES = REPO / "examples"
 
 
 def golden_workload(name: str):
@@ -44,6 +46,22 @@ def golden_lines(name: str, rung: str = "full") -> list[dict]:
     """A golden trace, one dict per line (at `rung` of the ladder)."""
     path = GOLDEN / f"{name}.trace.jsonl" if rung == "full" else LADDER / f"{name}.{rung}.trace.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def serving_spec(path: Path, requests: int, world_size: int = 1, seed: int = 7) -> Path:
+    """The serving-shaped workload of examples/serving.py (`--write`: the example run as a
+    program, as a user runs it), written to `path`."""
+    done = subprocess.run([sys.executable, str(EXAMPLES / "serving.py"), "--write", str(path),
+                           "--requests", str(requests), "--world-size", str(world_size), "--seed", str(seed)],
+                          capture_output=True, text=True, env=ENV, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+def comparable(lines: list[dict]) -> list[dict]:
+    """SPEC §4 lines as the goldens compare them (tools/check_golden.py too): an error line by
+    its kind and step only, its message is free."""
+    return [{"error": x["error"], "step": x["step"]} if "error" in x else x for x in lines]
 
 
 class Lines:
@@ -131,6 +149,19 @@ class Scheduler:
         self.proc.wait(10)
 
 
+def local_launch(args, **kw) -> tuple[subprocess.Popen, str]:
+    """`inferris-dist launch ARGS` (spawning its workers, human output) as a child, once its
+    workers are up; (process, its socket address). The process's `pids` attribute: its workers'
+    pids; `lines`: its stdout, read so far."""
+    proc = subprocess.Popen([*CLI, "launch", *map(str, args)], env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, **kw)
+    out = Lines(proc.stdout)
+    line = out.until(r"rank workers up in", 30)
+    proc.lines = out
+    proc.pids = [int(p) for p in line.split(", pids ")[1].split()]
+    return proc, re.search(r" at (\S+), pids", line).group(1)
+
+
 def cli(*args, timeout: float = 60, stdin: str | None = None, cmd: list[str] | None = None,
         **kw) -> subprocess.CompletedProcess:
     """`inferris-dist ARGS...` to its end, from the repository's root: output as text."""
@@ -212,13 +243,14 @@ def run_json(spec: str | Path, *args) -> list[str]:
 
 
 def stand_in_template(tmp_path: Path):
-    """A worker template whose children are tests/tests_template_child.py (a stand-in worker
-    that says it has its secret, then waits to be killed), started."""
+    """A worker template whose children are tests/helpers/template_child.py (a stand-in worker
+    that says it has its secret, then waits to be killed), started. The template imports it as
+    `tests.helpers.template_child`: the repository's root is on its PYTHONPATH."""
     from inferris_dist.launcher import Template
     env_path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = f"{REPO / 'tests'}{os.pathsep}{env_path}"
+    os.environ["PYTHONPATH"] = f"{REPO}{os.pathsep}{env_path}" if env_path else str(REPO)
     try:
-        template = Template("tests_template_child", tmp_path)
+        template = Template("tests.helpers.template_child", tmp_path)
         template.start()
     finally:
         os.environ["PYTHONPATH"] = env_path

@@ -4,7 +4,7 @@ helpers the tests of the mechanism notes (tests/test_note_NN_*.py) share.
 `check_invariants(eng)` asserts the bookkeeping invariants of the engine (SPEC §2, §3) from
 the outside, after a committed step:
 
-    from invariants import check_invariants
+    from tests.helpers.invariants import check_invariants
     eng = Engine(workload)
     for trace in eng.run():
         check_invariants(eng)
@@ -18,9 +18,10 @@ package if the instance does not carry it).
 The rest drives real engines, nothing mocked: `drive(eng)` steps one exactly as `Engine.run`
 does and yields a `Step` after each step (the control plane before it, when its plan went
 out, once committed); `plan_steps(workload, rung)` yields the steps that sent a plan, each
-checked with `check_invariants`; `trace_dicts` / `trace_json_lines` give a run's SPEC §4
-lines. Workloads are the golden ones or drawn by the strategies here (derandomized with
-`PROPERTY`: every run checks the same examples). The `replay_*` helpers compute phase 4
+checked with `check_invariants`; `bounded` fails a run past MAX_STEPS (a run's SPEC §4 lines
+are the engine's own `trace_dicts` / `trace_objects` / `trace_json_lines`). Workloads are
+the golden ones or drawn by the strategies here (derandomized with `PROPERTY`: every run
+checks the same examples). The `replay_*` helpers compute phase 4
 from outside, on the state before a step.
 """
 from __future__ import annotations
@@ -30,12 +31,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
 
-from external import GOLDEN, LADDER
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from inferris_dist import engine as engine_pkg
 from inferris_dist.engine import Engine, EngineError, State, Workload, load_workload, pages_needed
+
+from tests.helpers.external import GOLDEN, LADDER
 
 
 def _cache_sentinel(eng):
@@ -407,20 +409,11 @@ def plan_steps(workload, rung: str = "full", executor=None):
 
 def bounded(items):
     """An engine's step traces, or its SPEC §4 lines (the steps, then one more), failing the
-    test past MAX_STEPS steps."""
+    test past MAX_STEPS steps: `list(bounded(trace_objects(eng)))` is the engine's
+    `trace_dicts(eng)` for a drawn workload that might not end."""
     for n, item in enumerate(items):
         assert n <= MAX_STEPS, f"no end after {MAX_STEPS} steps"
         yield item
-
-
-def trace_dicts(eng) -> list[dict]:
-    """The SPEC §4 lines of a run (the steps, then the summary or the error), bounded."""
-    return list(bounded(engine_pkg.trace_objects(eng)))
-
-
-def trace_json_lines(eng) -> list[str]:
-    """The same lines as the JSON text `--json` prints, bounded."""
-    return list(bounded(engine_pkg.trace_json_lines(eng)))
 
 
 # -- phase 4 from outside --------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""A stand-in worker for tests/test_template.py: says it has its secret, then waits to be killed."""
+"""A stand-in worker for the template tests (`external.stand_in_template`): says it has its
+secret, then waits to be killed."""
 import sys
 import time
 

@@ -1,5 +1,5 @@
-"""A newcomer's first hour (issue 11): a workload written from the README alone, a big run
-that stays readable, a long run that shows it is alive (only on a terminal), a `compare`
+"""The command line as a first-time user meets it: a workload written from the README alone,
+a big run that stays readable, a long run that shows it is alive (only on a terminal), a `compare`
 that can break things and says which side failed, the small things (--version, --help)."""
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pty
 import re
 import select
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from external import CLI, ENV, REPO, cli
+
+from tests.helpers.external import CLI, ENV, REPO, cli, serving_spec
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
@@ -24,11 +24,7 @@ WORKLOAD_PAGE = (REPO / "docs" / "cli.md").read_text()     # its "### The worklo
 @pytest.fixture(scope="module")
 def big(tmp_path_factory) -> Path:
     """A 300-request serving workload."""
-    sys.path.insert(0, str(REPO / "examples"))
-    from serving import serving_workload
-    path = tmp_path_factory.mktemp("big") / "serving300.json"
-    path.write_text(json.dumps(serving_workload(300)))
-    return path
+    return serving_spec(tmp_path_factory.mktemp("big") / "serving300.json", 300)
 
 
 # -- 1. the workload format ----------------------------------------------------------------------

@@ -1,7 +1,6 @@
-"""A machine that says no, named for what it is (issue "Hostile surroundings, round three",
-findings 13-15): a CONFIG too big for the wire, a full disk, a refused worker, the process
-limit, too few descriptors. Each is one clear diagnosis naming the resource, never a rank
-blamed for the machine's refusal, never an abort inside ZeroMQ.
+"""A machine that says no, named for what it is: a CONFIG too big for the wire, a full disk,
+a refused worker, the process limit, too few descriptors. Each is one clear diagnosis naming
+the resource, never a rank blamed for the machine's refusal, never an abort inside ZeroMQ.
 """
 from __future__ import annotations
 
@@ -11,12 +10,13 @@ import shutil
 import subprocess
 
 import pytest
-from external import CLI, ENV, GOLDEN, Scheduler, exit_line, start_worker
 
 from inferris_dist.engine import WorkloadError, load_workload
 from inferris_dist.protocol import wire
 from inferris_dist.scheduler import group as group_module
 from inferris_dist.scheduler.members import _resource_hint
+
+from tests.helpers.external import CLI, ENV, GOLDEN, Scheduler, exit_line, start_worker
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 

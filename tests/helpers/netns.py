@@ -4,7 +4,7 @@ Its part: give a test several "machines" on one box, each with its own network
 stack and address, so the distributed engine runs across real addresses, and a
 host can be cut off from the network (link_down) and joined again (link_up).
 
-    from netns import Hosts, needs_netns
+    from tests.helpers.netns import Hosts, needs_netns
 
     @needs_netns
     def test_x():
@@ -12,7 +12,9 @@ host can be cut off from the network (link_down) and joined again (link_up).
             p = hosts.popen("a", [sys.executable, "-c", "..."], stdout=subprocess.PIPE)
             hosts.link_down("a"); ...; hosts.link_up("a")
 
-or `hosts = hosts_fixture(["sched", "a", "b"])` at module level for a fixture.
+or `hosts = hosts_fixture(["sched", "a", "b"])` at module level for a fixture. A program
+outside the tests runs `python -m tests.helpers.netns NAME...` from the repository's root
+(see `main`).
 The first name is the hub: it holds bridge br0 at 192.0.2.1/24; the i-th name
 sits at 192.0.2.(i+1)/24 behind a veth pair into the bridge.  192.0.2.0/24 is
 TEST-NET-1 (RFC 5737), and it is configured only inside the namespaces: every
@@ -23,6 +25,7 @@ from __future__ import annotations
 import atexit
 import functools
 import itertools
+import json
 import os
 import re
 import shutil
@@ -32,7 +35,8 @@ import sys
 import time
 
 import pytest
-from procs import gone, wait_until
+
+from tests.helpers.procs import gone, wait_until
 
 NET = "192.0.2"
 BRIDGE = "br0"
@@ -242,3 +246,24 @@ def hosts_fixture(names: list[str]):
 def _close_all() -> None:
     for hosts in list(_live):
         hosts.close()
+
+
+def main(names: list[str]) -> int:
+    """`python -m tests.helpers.netns NAME...`, from the repository's root: the hosts NAME...
+    for a program outside the tests (examples/bench_hosts.py). Prints one JSON line, {"skip":
+    reason} where namespaces cannot be made, else {"addr": {name: address}, "argv": {name:
+    prefix}} (`prefix + argv` runs argv on that host), and keeps the hosts until its stdin
+    closes; then removes them."""
+    reason = netns_skip_reason()
+    if reason is not None:
+        print(json.dumps({"skip": reason}), flush=True)
+        return 0
+    with Hosts(names) as hosts:
+        print(json.dumps({"addr": {n: hosts.addr(n) for n in hosts.names},
+                          "argv": {n: hosts.argv(n, []) for n in hosts.names}}), flush=True)
+        sys.stdin.read()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -5,7 +5,7 @@ Used as a test oracle against the fast engine.  Written from the spec text
 only: stdlib only, no project imports, clarity over speed.  Every phase of
 SPEC §3 is a separate block below, in order, quoting the rule it implements.
 
-    python tests/naive_reference.py path/to/spec.json
+    python tests/helpers/naive_reference.py path/to/spec.json
 
 prints the trace as JSON lines (SPEC §4) and exits 1 if the run ended in an
 error, else 0.  world_size is ignored: every rank computes the same outcome,

@@ -1,10 +1,10 @@
-"""A member that misbehaves (issue "Hostile surroundings, round three", findings 6 and 7).
+"""A member that misbehaves: a peer holding a real rank key.
 
-A peer holding a real rank key joins a `launch --listen` run through the real
-handshake (a hand-driven DEALER speaking the protocol), then, instead of
-answering a plan, sends a message too big or floods replies for steps that are
-not the current one. The scheduler bounds what one message from a member can
-cost and gives members the quota strangers get. Loopback, bounded counts.
+It joins a `launch --listen` run through the real handshake (a hand-driven DEALER
+speaking the protocol), then, instead of answering a plan, sends a message too big or
+floods replies for steps that are not the current one. The scheduler bounds what one
+message from a member can cost and gives members the quota strangers get. A replacement
+that knocks while its rank still has a member waits its turn. Loopback, bounded counts.
 """
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from pathlib import Path
 import msgpack
 import pytest
 import zmq
-from external import GOLDEN, Scheduler, start_worker
 
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.keys import ClientKeys
 from inferris_dist.protocol.wire import MsgType
+
+from tests.helpers.external import GOLDEN, Scheduler, start_worker
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.procs]
 
@@ -151,13 +152,13 @@ def wait_for_note(log: Path, words: tuple[str, ...], timeout: float) -> str:
 
 
 def test_an_early_replacement_waits_its_turn_while_another_rank_is_admitted(keys, procs, tmp_path):
-    """Finding 8: rank 2 goes silent; while its replacement is awaited rank 1 goes silent too,
+    """Rank 2 goes silent; while its replacement is awaited rank 1 goes silent too,
     and replacements for both start at once. Rank 1's knocks while rank 1 still has a member:
     it is not refused, it waits, and is let in when rank 1 is found lost. The run ends with
     the fault-free trace."""
     import signal
 
-    from external import run_json
+    from tests.helpers.external import run_json
     n = 3
     log = tmp_path / "w.jsonl"
     want = run_json(LONG, "--world-size", n)

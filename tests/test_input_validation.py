@@ -1,4 +1,4 @@
-"""Hostile and careless inputs (a red-team review), one section per finding:
+"""Untrusted input, read bounded and parsed strictly, one section per kind:
 
 1. key files are capped at a few kB: a 2 GB secret or a 300 MB public key is refused unread,
    in one line naming the file and the cap, not read into memory for a minute;
@@ -7,7 +7,10 @@
 3. a worker takes its rank and world size from one launcher, never one from each, and reads
    ranks, sizes and ports as the digits 0-9 only;
 4. a request id that cannot be encoded as UTF-8 (a lone surrogate) is bad input at workload
-   load time, alike for run, launch and compare.
+   load time, alike for run, launch and compare;
+5. numbers past what the code can use are bad input, alike for run and launch;
+6. terminal control in request ids is shown escaped;
+7. errors name the file, the source and the real problem.
 
 Every file here is sparse or a few hundred bytes; every process is bounded in time (and the
 worker fed a 2 GB key, in address space).
@@ -21,15 +24,17 @@ import resource
 import stat
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
-from external import CLI, ENV, GOLDEN, REPO, cli
 
 from inferris_dist.engine import WorkloadError, load_workload
 from inferris_dist.protocol import keys as key_module
 from inferris_dist.protocol import placement
 from inferris_dist.protocol.keys import ClientKeys, KeyFileError, ServerKeys
 from inferris_dist.protocol.placement import PlacementError, check_address, place
+
+from tests.helpers.external import CLI, ENV, GOLDEN, REPO, cli
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
@@ -291,3 +296,84 @@ def test_a_spec_on_stdin_that_is_not_utf8_is_bad_input(command):
         err = done.stderr.decode(errors="replace")
         assert done.returncode == 2 and err.count("\n") == 1, (encoding, done.returncode, err)
         assert "UTF-8" in err and "Traceback" not in err, err
+
+
+# -- 5. numbers past what the code can use -------------------------------------------------------
+
+@pytest.mark.parametrize("args", [("--step-timeout", "2147484"), ("--step-timeout", "1e10"),
+                                  ("--join-timeout", "1e300"), ("--rejoin-timeout", "86401")])
+def test_timeouts_past_what_a_socket_can_wait_are_bad_input(args):
+    done = cli("launch", *args)
+    assert done.returncode == 2 and "86400" in done.stderr and done.stderr.count("\n") == 1, done
+
+
+def test_run_and_launch_accept_or_refuse_a_workload_alike(tmp_path):
+    for script, ok in (([10 ** 23], False), ([-(2 ** 63)], False), ([1 << 24], True), ([3, 0], True)):
+        spec = tmp_path / "w.json"
+        spec.write_text(json.dumps({"engine": {"spec_len": 2}, "requests": [
+            {"request_id": "a", "prompt_len": 3, "max_new_tokens": 3, "accept_script": script}]}))
+        ran, launched = cli("run", "--spec", spec, "--json"), cli("launch", "--spec", spec, "--json")
+        assert ran.returncode == launched.returncode == (0 if ok else 2), (script, ran, launched)
+        assert ran.stdout == launched.stdout
+        if not ok:
+            assert "accept_script" in ran.stderr and ran.stderr == launched.stderr
+
+
+# -- 6. terminal control in names ----------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["run", "launch"])
+def test_request_ids_with_terminal_control_are_shown_escaped(tmp_path, command):
+    evil = "a\x1b[2J\x1b[Hfake\n    9  admit x\r\u202eb"
+    spec = tmp_path / "evil.json"
+    spec.write_text(json.dumps({"engine": {}, "requests": [
+        {"request_id": evil, "prompt_len": 3, "max_new_tokens": 2},
+        {"request_id": "plain", "prompt_len": 3, "max_new_tokens": 2}]}))
+    done = cli(command, "--spec", spec)
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\r" not in done.stdout and "\u202e" not in done.stdout
+    assert "a\\x1b[2J\\x1b[Hfake\\x0a    9  admit x\\x0d\\u202eb" in done.stdout
+    assert not any(line.startswith("    9") for line in done.stdout.splitlines())
+    as_json = cli(command, "--spec", spec, "--json")
+    assert json.loads(as_json.stdout.splitlines()[0])["admitted"][0] == evil
+
+
+def test_a_bad_workload_names_an_evil_id_escaped(tmp_path):
+    spec = tmp_path / "evil.json"
+    spec.write_text(json.dumps({"engine": {}, "requests": [
+        {"request_id": "x\x1b]0;owned\x07", "prompt_len": 0, "max_new_tokens": 2}]}))
+    done = cli("run", "--spec", spec)
+    assert done.returncode == 2 and "\x1b" not in done.stderr and "\x07" not in done.stderr
+
+
+# -- 7. errors that name their cause -------------------------------------------------------------
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+@pytest.mark.parametrize("as_json", [False, True])
+@pytest.mark.parametrize("flag", ["--wire-log", "--timeline"])
+def test_a_full_output_file_is_named_and_the_run_finishes(as_json, flag):
+    """A wire log or timeline on a full disk is named (stderr, exit 1);
+    the run goes on to its end and its summary stands."""
+    done = cli("launch", flag, "/dev/full", *(["--json"] if as_json else []))
+    assert done.returncode == 1
+    assert f"{flag} /dev/full: No space left on device" in done.stderr
+    assert "Traceback" not in done.stderr
+    if as_json:
+        assert done.stdout == (GOLDEN / "demo.trace.jsonl").read_text()   # every step, the summary
+    else:
+        assert "3/3 requests finished" in done.stdout and "none left running" in done.stdout
+
+
+def test_a_bad_fault_in_the_workload_says_it_came_from_the_workload(tmp_path):
+    spec = tmp_path / "f.json"
+    spec.write_text(json.dumps({"engine": {"world_size": 2}, "requests": [
+        {"request_id": "a", "prompt_len": 3, "max_new_tokens": 2}], "faults": ["0:crash@1", "5:hang@2"]}))
+    for command in ("run", "launch"):
+        done = cli(command, "--spec", spec)
+        assert done.returncode == 2
+        assert "workload 'faults' entry 1 '5:hang@2': rank 5 is outside 0..1" in done.stderr, done.stderr
+        assert "--fault" not in done.stderr.split("(want")[0]
+
+
+def test_a_negative_fault_rank_is_out_of_range_not_a_missing_argument():
+    done = cli("launch", "--fault", "-1:crash@3")
+    assert done.returncode == 2 and "rank -1 is outside 0..3" in done.stderr, done.stderr

@@ -1,5 +1,5 @@
-"""A rank replies before it writes its shard (issue "Speed", the rank's hot path): the writes
-are off the scheduler's wait, and the shard is exact again before the next message is read.
+"""A rank replies before it writes its shard (the rank's hot path): the writes are off the
+scheduler's wait, and the shard is exact again before the next message is read.
 A rank that dies between its reply and its writes is found, by the next plan or by the audit,
 and restored like any other loss. Real processes."""
 from __future__ import annotations
@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from external import GOLDEN, cli
 
 from inferris_dist.engine import LocalGroup, load_workload
 from inferris_dist.engine.rank import RankExecutor
+
+from tests.helpers.external import GOLDEN, cli
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 

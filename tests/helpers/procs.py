@@ -1,10 +1,15 @@
-"""Helpers for tests on real processes: is a pid gone, and waiting on a condition."""
+"""Helpers for tests on real processes: is a pid gone, waiting on a condition, and the one check
+that none of our workers outlives its test (`leftover_workers`, run by conftest after every test
+marked `procs`)."""
 from __future__ import annotations
 
 import os
 import re
 import time
 from pathlib import Path
+
+OURS = (b"inferris_dist.rank", b"inferris_dist.launcher.template")   # in a worker's command line
+LEFT_WITHIN = 10.0     # seconds a worker may take to leave once its test is done (its scheduler gone)
 
 
 def gone(pid: int) -> bool:
@@ -36,6 +41,42 @@ def wait_until(condition, timeout: float, interval: float = 0.02) -> bool:
         if time.monotonic() >= deadline:
             return condition()
         time.sleep(interval)
+
+
+def descendants(root: int) -> dict[int, bytes]:
+    """Every live (not zombie) process below `root`: pid -> its command line."""
+    parent_of: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] not in "ZX":
+            parent_of[int(entry)] = int(fields[1])
+    found: dict[int, bytes] = {}
+    frontier = [root]
+    while frontier:
+        pid = frontier.pop()
+        for child, parent in parent_of.items():
+            if parent == pid and child not in found:
+                try:
+                    found[child] = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
+                except OSError:
+                    continue
+                frontier.append(child)
+    return found
+
+
+def leftover_workers(timeout: float = LEFT_WITHIN) -> dict[int, bytes]:
+    """Our workers and templates still running below this process after `timeout` seconds
+    (a worker leaves on its own when its scheduler is gone: give it the time to)."""
+    def ours() -> dict[int, bytes]:
+        return {pid: cmd for pid, cmd in descendants(os.getpid()).items() if any(o in cmd for o in OURS)}
+    wait_until(lambda: not ours(), timeout, interval=0.05)
+    return ours()
 
 
 def all_gone(pids, timeout: float) -> list[int]:

@@ -1,0 +1,86 @@
+"""The examples run as a user runs them: each script of examples/ with the venv's python
+(`.venv/bin/python examples/X.py`, from outside the checkout's root where it can be), on a
+workload small enough for the suite, printing what it promises. A script that imports what
+the installed package does not have, or leans on the current directory, fails here."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from inferris_dist.engine import load_workload
+
+from tests.helpers.external import ENV, EXAMPLES, REPO, SCRIPT
+from tests.helpers.netns import netns_skip_reason
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
+
+
+def example(name: str, *args, cwd, timeout: float = 90) -> str:
+    """`python examples/NAME ARGS...` to its end, from `cwd`; its stdout (exit status 0)."""
+    done = subprocess.run([sys.executable, str(EXAMPLES / name), *map(str, args)], cwd=cwd, env=ENV,
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.stdout
+
+
+def test_every_example_is_run_here():
+    ran = {"library.py", "serving.py", "bench_boundary.py", "bench_overlap.py", "bench_hosts.py",
+           "faults.sh", "faulty.spec.json",           # faults.sh's workload
+           "bare_echo.py"}                            # bench_boundary.py's transport floor
+    assert {p.name for p in EXAMPLES.iterdir() if p.is_file()} == ran
+
+
+def test_library(tmp_path):
+    out = example("library.py", cwd=tmp_path)
+    assert re.search(r"^in process: \d+ steps; summary ", out, re.M), out
+    assert "on 4 processes: identical; worker pids [" in out, out
+
+
+def test_serving_writes_its_workload_and_checks_it_against_the_naive_implementation(tmp_path):
+    example("serving.py", "--write", tmp_path / "w.json", "--requests", 30, "--world-size", 2, cwd=tmp_path)
+    workload = load_workload(json.loads((tmp_path / "w.json").read_text()))
+    assert len(workload.requests) == 30 and workload.config.world_size == 2
+    out = example("serving.py", "--requests", 30, "--repeat", 1, "--check", cwd=tmp_path)
+    assert "serving workload: 30 requests, world_size 1," in out, out
+    assert re.search(r"naive SPEC implementation: [\d.]+ s, trace identical", out), out
+
+
+def test_bench_boundary(tmp_path):
+    out = example("bench_boundary.py", "--requests", 20, "--world-size", 2, "--world-sizes", "1,2",
+                  "--repeat", 1, cwd=tmp_path)
+    assert "transport floor, 2 procs" in out and "boundary overhead vs" in out, out
+    assert re.search(r"^\s+2\s+\d+ us\s+\d+ us\s+\d+ us", out, re.M), out     # the table's last row
+
+
+def test_bench_overlap(tmp_path):
+    out = example("bench_overlap.py", "--requests", 20, "--world-size", 2, "--costs", "0,0.5",
+                  "--repeat", 1, cwd=tmp_path)
+    rows = [line for line in out.splitlines() if re.match(r"\s*[\d.]+ ms\s+(full|overlap)\s", line)]
+    assert len(rows) == 4, out                       # each rung at each cost, traces checked
+    assert re.search(r"overlap .*\d\.\d\dx$", rows[1]), out
+
+
+def test_bench_hosts(tmp_path):
+    out = example("bench_hosts.py", "--requests", 20, "--world-size", 2, "--repeat", 1, cwd=tmp_path)
+    assert "CURVE / plaintext, loopback:" in out, out
+    if netns_skip_reason() is None:
+        assert "veth / loopback, CURVE:" in out, out
+    else:
+        assert f"(no namespaces: {netns_skip_reason()})" in out, out
+
+
+def test_faults_sh():
+    """Run from the project root, as it says, with the venv's `inferris-dist`."""
+    if not SCRIPT.is_file():
+        pytest.skip(f"no {SCRIPT}: the script runs the installed command")
+    done = subprocess.run(["bash", str(EXAMPLES / "faults.sh")], cwd=REPO, env={**ENV, "CLI": str(SCRIPT)},
+                          capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    statuses = re.findall(r"^\(exit status (\d+)\)$", done.stdout, re.M)
+    assert statuses == ["1", "0", "0", "1", "1"], done.stdout[-3000:]     # stopped, survived twice, ...
+    assert "Traceback" not in done.stdout + done.stderr
