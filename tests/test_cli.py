@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from inferris_dist.engine import run_workload
+from inferris_dist.testing import comparable
 
-from tests.helpers.external import GOLDEN, REPO, SCRIPT, cli, comparable
+from tests.helpers.external import GOLDEN, REPO, SCRIPT, cli
 
 pytestmark = pytest.mark.procs          # starts processes (pytest -m 'not procs' skips)
 

@@ -18,8 +18,9 @@ from inferris_dist.cli import main as cli
 from inferris_dist.cli.cmd_ladder import climb
 from inferris_dist.engine import Engine, load_workload, trace_dicts
 from inferris_dist.engine.rungs import NAMES, RUNGS
+from inferris_dist.testing import comparable
 
-from tests.helpers.external import CLI, ENV, GOLDEN, comparable, golden_lines
+from tests.helpers.external import CLI, ENV, GOLDEN, golden_lines
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 

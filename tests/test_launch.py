@@ -41,8 +41,9 @@ from inferris_dist.engine import (
 )
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.wire import MsgType, to_jsonable
+from inferris_dist.testing import comparable
 
-from tests.helpers.external import CLI, ENV, GOLDEN, REPO, cli, comparable, golden_lines
+from tests.helpers.external import CLI, ENV, GOLDEN, REPO, cli, golden_lines
 from tests.helpers.procs import all_gone
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]   # every test here, one bound

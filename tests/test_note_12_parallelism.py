@@ -19,8 +19,9 @@ from inferris_dist.engine import (
     run_workload,
 )
 from inferris_dist.engine.shard import first_mismatch
+from inferris_dist.testing import comparable
 
-from tests.helpers.external import comparable, golden_workload
+from tests.helpers.external import golden_workload
 from tests.helpers.invariants import GOLDEN_NAMES, PROPERTY, plan_steps
 
 pytestmark = pytest.mark.timeout(60)

@@ -28,8 +28,9 @@ from inferris_dist.engine import (
 from inferris_dist.engine.boundary import validate
 from inferris_dist.engine.messages import shifted_span
 from inferris_dist.engine.rungs import NAMES
+from inferris_dist.testing import comparable
 
-from tests.helpers.external import GOLDEN, comparable, golden_lines
+from tests.helpers.external import GOLDEN, golden_lines
 from tests.helpers.invariants import GOLDEN_NAMES, PROPERTY, as_workload, workloads
 
 pytestmark = pytest.mark.timeout(60)

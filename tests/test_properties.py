@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inferris_dist.engine import Engine, EngineError, LocalGroup, load_workload, run_workload
+from inferris_dist.testing import comparable
 
-from tests.helpers.external import comparable
 from tests.helpers.invariants import check_invariants
 from tests.helpers.naive_reference import naive_run
 

@@ -58,10 +58,6 @@ def serving_spec(path: Path, requests: int, world_size: int = 1, seed: int = 7) 
     return path
 
 
-def comparable(lines: list[dict]) -> list[dict]:
-    """SPEC §4 lines as the goldens compare them (tools/check_golden.py too): an error line by
-    its kind and step only, its message is free."""
-    return [{"error": x["error"], "step": x["step"]} if "error" in x else x for x in lines]
 
 
 class Lines:
