@@ -4,6 +4,10 @@ Each test process makes itself a child subreaper: a worker whose parent (a sched
 template that forked it) dies is re-parented to us rather than to init, so every process our
 tests caused to start stays in view. After each test marked `procs`, any of them still
 running (a rank worker, spawned or forked, or a worker template) fails the test and is killed.
+
+Every wire log written while the tests run is checked against its schema as it is written
+(observe/schema.py): in this process and in every process the tests start, so a writer that
+drifts from the schema fails the test that made it write.
 """
 from __future__ import annotations
 
@@ -14,14 +18,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from external import keys_for, stop_all
+from external import ENV, keys_for, stop_all
 from procs import wait_until
+
+from inferris_dist.observe.records import CHECK_ENV
 
 PR_SET_CHILD_SUBREAPER = 36
 OURS = (b"inferris_dist.rank", b"inferris_dist.launcher.template")   # in a worker's command line
 
 
 def pytest_configure(config):
+    os.environ[CHECK_ENV] = ENV[CHECK_ENV] = "1"     # ENV: what the tests hand the processes they start
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):
