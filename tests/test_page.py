@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 from external import CLI, ENV, GOLDEN, REPO
 
-from inferris_dist.cli import page as page_module
-from inferris_dist.cli.page import LogReader, build_page, write_page
+from inferris_dist.observe import page as page_module
+from inferris_dist.observe.page import build_page, read_log, write_page
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 
@@ -271,7 +271,7 @@ def big(tmp_path_factory) -> tuple[Path, Path, float]:
 
 def test_a_request_id_cannot_close_the_data_block(tmp_path):
     log = synthetic(tmp_path / "hostile.log", 6, 2, request_id=lambda n: HOSTILE if n == 1 else f"r{n}")
-    page = build_page(LogReader(str(log)), title=f"<b>{HOSTILE}</b>")
+    page = build_page(read_log(str(log)), title=f"<b>{HOSTILE}</b>")
     assert HOSTILE not in page and "alert(1)</script>" not in page
     assert page.count("</script>") == 2 and page.count("<script") == 2      # the data, the script
     assert "&lt;b&gt;" in page                                               # the title, escaped
@@ -287,7 +287,7 @@ def test_no_url_outside_the_data(tmp_path, faulted):
     assert "Content-Security-Policy" in page and "default-src 'none'" in page
     # a URL the log holds (a peer's address) is data, shown as text, nowhere else
     log = synthetic(tmp_path / "url.log", 6, 2, request_id=lambda n: f"https://example.com/{n}")
-    page = build_page(LogReader(str(log)))
+    page = build_page(read_log(str(log)))
     assert re.search(r"https?://", page)
     assert not re.search(r"https?://", outside_data(page))
 
@@ -316,7 +316,7 @@ def test_malformed_lines_are_skipped_and_counted(tmp_path, monkeypatch):
         f.write("\n".join(lines).encode() + b"\n")
         f.write(b'{"t": 1, "event": "note", "text": "\xff\xfe bad bytes"}\n')
         f.write(b"\x00\x01\x02 binary\n")
-    page = build_page(LogReader(str(path)))
+    page = build_page(read_log(str(path)))
     data = data_of(page)
     notes = " | ".join(data["notes"])
     assert re.search(r"\d+ malformed record\(s\) skipped", notes), notes
@@ -330,7 +330,7 @@ def test_a_log_cut_short_and_unknown_events(tmp_path):
     cut = text[: text.rindex('"event": "step"') + 40]               # in the middle of a line
     path = tmp_path / "cut.log"
     path.write_text('{"t": 99, "event": "from-the-future", "x": 1}\n' + cut)
-    data = data_of(build_page(LogReader(str(path))))
+    data = data_of(build_page(read_log(str(path))))
     notes = " | ".join(data["notes"])
     assert "cut short" in notes and "from-the-future x1" in notes and "no end record" in notes, notes
     assert len(data["steps"]["step"]) == 9                           # the tenth step was the cut line
@@ -372,7 +372,7 @@ def test_hostile_values_anywhere_never_break_the_builder(faulted):
 def test_an_idle_million_is_not_expanded(tmp_path):
     log = synthetic(tmp_path / "idle.log", 20, 2, idle_at=5, idle_len=1_000_000)
     started = time.monotonic()
-    page = build_page(LogReader(str(log)))
+    page = build_page(read_log(str(log)))
     assert time.monotonic() - started < 5 and len(page) < 200_000
     assert data_of(page)["idle"][0][:2] == [5, 1_000_004]
 
@@ -385,7 +385,7 @@ def test_a_failed_run_and_an_older_log(tmp_path, faulted):
                            "--wire-log", str(log)], cwd=REPO, env=ENV, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 1, done.stdout + done.stderr
-    data = data_of(build_page(LogReader(str(log))))
+    data = data_of(build_page(read_log(str(log))))
     assert data["meta"]["status"] == "failed" and "RankLost" in data["meta"]["error"]
     assert [m[0] for m in data["marks"]].count(data["mark_kinds"].index("lost")) == 1
     assert data["steps"]["step"] == [0, 1, 2]
