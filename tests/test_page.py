@@ -7,21 +7,27 @@ Without a browser:
    in a note; unknown events are ignored; an idle stretch is one record, never expanded;
 3. bad input to `html` (no such file, not a wire log, an output that cannot be written, the
    log as its own output) is one line on stderr and exit status 2;
-4. a 10,000-step, 16-rank log gives a page of bounded size.
+4. a 10,000-step, 16-rank log gives a page of bounded size;
+5. the page's own files (observe/page: page.html, page.css, page.js) are put in whole, the
+   policy allowing the style and the script by their hashes, and the script parses
+   (`node --check`, skipped with the reason where node is not installed).
 
 In a real browser (Debian's chromium, driven over the DevTools protocol by tests/browser.py,
 skipped with the reason when it is not installed):
-5. the page of a real faulted run loads from file:// with no request beyond the file and no
+6. the page of a real faulted run loads from file:// with no request beyond the file and no
    console error, has a lane per rank and every step, shows the loss and the restart, and a
    click on a step shows its plan item by item;
-6. a hostile request id is shown as text (no script of its runs);
-7. the 10,000-step, 16-rank page loads and redraws without error.
+7. a hostile request id is shown as text (no script of its runs);
+8. the 10,000-step, 16-rank page loads and redraws without error.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import random
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -448,6 +454,30 @@ def test_a_10000_step_16_rank_page_is_bounded(big):
     assert data["requests"]["more"] > 0
     plans = sum(len(json.dumps(p)) for p in data["plans"])
     assert len(data["plans"]) <= len(data["attempts"]) and plans <= page_module.BODY_BUDGET * 2
+
+
+# -- 5. the page's own files -------------------------------------------------------------------
+
+def test_the_style_and_the_script_are_allowed_by_their_hashes(tmp_path):
+    page = build_page(read_log(str(synthetic(tmp_path / "small.log", 3, 2))))
+    policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', page).group(1)
+    for tag, name in (("style", "page.css"), ("script", "page.js")):
+        inline = re.findall(rf"<{tag}>(.*?)</{tag}>", page, re.S)
+        assert inline == [page_module.asset(name)], tag                  # the file, whole
+        digest = base64.b64encode(hashlib.sha256(inline[0].encode()).digest()).decode()
+        assert f"{tag}-src 'sha256-{digest}'" in policy, (tag, policy)
+    assert "@" + "SCRIPT@" not in page and "@" + "DATA@" not in page   # every slot filled
+
+
+NODE = shutil.which("node")
+
+
+@pytest.mark.skipif(NODE is None, reason="no node on PATH: the page's script is checked by the "
+                    "browser tests only")
+def test_the_script_parses():
+    script = Path(page_module.__file__).with_name("page.js")
+    done = subprocess.run([NODE, "--check", str(script)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
 
 
 # -- in a browser ----------------------------------------------------------------------------
