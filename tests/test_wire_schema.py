@@ -139,24 +139,26 @@ def test_the_page_draws_every_event_and_inspect_reads_the_schemas_fields():
 
 # -- 5. the table of events in the documentation -------------------------------------------------
 
-def event_tables() -> list[tuple[Path, list[tuple[list[str], str]]]]:
+def event_tables() -> list[tuple[Path, list[tuple[list[str], str | None]]]]:
     """Every markdown table of README.md and docs/*.md whose header's first cell says "event"
-    and whose first column names events in backticks: (file, [(names, fields cell)])."""
+    and whose first column names events in backticks: (file, [(names, its fields cell, or
+    None where the table has no column headed "fields")])."""
     found = []
     for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
         lines = path.read_text().splitlines() if path.exists() else []
         for i, line in enumerate(lines[:-1]):
-            cells = _cells(line)
-            if not cells or "event" not in cells[0].lower() or not re.match(r"^\|[\s:|-]+\|$", lines[i + 1]):
+            head = _cells(line)
+            if not head or "event" not in head[0].lower() or not re.match(r"^\|[\s:|-]+\|$", lines[i + 1]):
                 continue
+            col = next((j for j, h in enumerate(head) if "field" in h.lower()), None)
             rows = []
             for row in lines[i + 2:]:
                 if not row.startswith("|"):
                     break
-                body = _cells(row)
-                names = re.findall(r"`([^`]+)`", body[0])
+                cells = _cells(row)
+                names = re.findall(r"`([^`]+)`", cells[0])
                 if names:
-                    rows.append((names, body[-1]))
+                    rows.append((names, cells[col] if col is not None and col < len(cells) else None))
             if rows:
                 found.append((path, rows))
     return found
@@ -185,6 +187,8 @@ def test_the_documented_table_of_events_is_the_schema():
             f"{where}: events in the table but not in the schema: {sorted(set(documented) - set(EVENTS))}; "
             f"in the schema but not in the table: {sorted(set(EVENTS) - set(documented))}")
         for names, cell in rows:
+            if cell is None:
+                continue
             schema = set().union(*(EVENTS[n].fields for n in names))
             assert _fields(cell) == schema, (f"{where}: the fields of {', '.join(names)}: the table says "
                                              f"{sorted(_fields(cell))}, the schema {sorted(schema)}")

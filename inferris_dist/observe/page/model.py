@@ -46,12 +46,12 @@ PLAN_KEYS = ("request_id", "start_position", "num_tokens", "draft_len", "decode"
 RESULT_KEYS = ("request_id", "start_position", "executed_tokens", "accepted", "writes")
 MARKS = ("lost", "restart", "step-failed", "audit", "audit-failed", "note", "turned-away",
          "rejoin-wait", "refused", "replaced", "end")
+# The events the page draws, each by its Builder._ev_* method: every event of the wire log's
+# schema (tests/test_wire_schema.py holds them equal); any other is counted and ignored.
 KNOWN_EVENTS = {"run", "member", "phase", "attempt", "step", "audit", "audit-failed", "rejoin-wait",
                 "restart", "rank-lost", "step-failed", "note", "turned-away", "idle", "end"}
 WAITING, RUNNING, PREEMPTED = 0, 1, 2
 
-
-# -- values ----------------------------------------------------------------------------------
 
 def is_int(v: Any) -> bool:
     return type(v) is int
@@ -272,6 +272,8 @@ def _secs(v: float) -> str:
 # -- the one pass over the records -----------------------------------------------------------
 
 class Builder:
+    """The one pass: `add` each record; the state it keeps is bounded (see the module)."""
+
     def __init__(self):
         self.text = _Texts()
         self.plans = _Bodies(PLAN_KEYS)
