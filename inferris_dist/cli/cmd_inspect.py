@@ -8,7 +8,8 @@ result (those of a failed attempt too, when the log holds them) and the join. Th
 streamed: the summary keeps one small record per attempt, --step only that step's lines, so
 a long run costs memory per step, not per message.
 
-The log is read as input from outside. It must be a regular file (a fifo, a device or a
+The log is read as input from outside, by the wire log reader (observe/logread) in its
+strict mode. It must be a regular file (a fifo, a device or a
 socket is refused before a byte is read); a line is at most 16 MB and holds at most 2**20
 objects and arrays; every field inspect uses is checked, type and range (a rank is below
 4096), and a record that fails is refused naming its line. A last line cut short (the disk

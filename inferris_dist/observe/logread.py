@@ -80,7 +80,7 @@ _raw_decode = json.JSONDecoder().raw_decode
 
 def decode_line(line: bytes) -> Any:
     """One JSON value filling the line (json.loads, a little faster: a log has many lines)."""
-    text = line.decode("utf-8", errors="replace")
+    text = line.decode("utf-8", "replace")     # stray bytes replaced, never a traceback
     if text[:1] in (" ", "\t", "\r", "\n"):
         text = text.strip()
     obj, end = _raw_decode(text)
@@ -165,13 +165,15 @@ class LogReader:
                 self.stopped_at = total - len(line)
                 return
             whole = line.endswith(b"\n")
-            if not line.strip():
-                continue
-            # Checked before the length: what is not JSON is said so without reading on.
-            if line.lstrip()[:1] not in (b"{", b"["):
-                self._bad(n, "not JSON")
-                total = self._skip_rest(f, line, total)
-                continue
+            if line[:1] not in (b"{", b"["):           # (a writer's lines all begin so: no copy)
+                head = line.lstrip()[:1]
+                if not head:                            # a blank line
+                    continue
+                # Checked before the length: what is not JSON is said so without reading on.
+                if head not in (b"{", b"["):
+                    self._bad(n, "not JSON")
+                    total = self._skip_rest(f, line, total)
+                    continue
             if not whole and len(line) > max_line:
                 if self.strict:
                     self.line = n
@@ -179,7 +181,7 @@ class LogReader:
                 self.too_long += 1
                 total = self._skip_rest(f, line, total)
                 continue
-            if line.count(b"{") + line.count(b"[") > MAX_NESTED:
+            if len(line) > MAX_NESTED and line.count(b"{") + line.count(b"[") > MAX_NESTED:
                 self._bad(n, f"more than {MAX_NESTED} objects and arrays")
                 continue
             try:
