@@ -9,12 +9,12 @@ streamed: the summary keeps one small record per attempt, --step only that step'
 a long run costs memory per step, not per message.
 
 The log is read as input from outside, by the wire log reader (observe/logread) in its
-strict mode. It must be a regular file (a fifo, a device or a
-socket is refused before a byte is read); a line is at most 16 MB and holds at most 2**20
-objects and arrays; every field inspect uses is checked, type and range (a rank is below
-4096), and a record that fails is refused naming its line. A last line cut short (the disk
-filled up) is left out with one note, the rest shown; any other bad line refuses the log,
-nothing printed, one line on stderr, exit status 2. Events inspect does not know are skipped.
+strict mode. It must be a regular file (a fifo, a device or a socket is refused before a
+byte is read); a line is at most 16 MB and holds at most 2**20 objects and arrays; every
+field inspect uses is checked, type and range (a rank is below 4096), and a record that
+fails is refused naming its line. A last line cut short (the disk filled up) is left out
+with one note, the rest shown; any other bad line refuses the log, nothing printed, one
+line on stderr, exit status 2. Events inspect does not know are skipped.
 
 --json: one JSON object per line, "record" first (what it is); nothing else is printed.
   Without --step, in the log's order:
