@@ -6,6 +6,10 @@ tests caused to start stays in view. After each test marked `procs`, any of them
 running (a rank worker, spawned or forked, or a worker template) after LEFT_WITHIN seconds, or
 the marker's own `left_within`, fails the test and is killed: tests.helpers.procs's
 `leftover_workers`, the one leftover check of the suite.
+
+Every wire log written while the tests run is checked against its schema as it is written
+(observe/schema.py): in this process and in every process the tests start, so a writer that
+drifts from the schema fails the test that made it write.
 """
 from __future__ import annotations
 
@@ -17,13 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.external import keys_for, stop_all
+from inferris_dist.observe.records import CHECK_ENV
+
+from tests.helpers.external import ENV, keys_for, stop_all
 from tests.helpers.procs import LEFT_WITHIN, leftover_workers
 
 PR_SET_CHILD_SUBREAPER = 36
 
 
 def pytest_configure(config):
+    os.environ[CHECK_ENV] = ENV[CHECK_ENV] = "1"     # ENV: what the tests hand the processes they start
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):

@@ -31,7 +31,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from external import ENV, REPO
+
+from tests.helpers.external import ENV, REPO
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^(\s*)```(\S*)\s*$")

@@ -7,29 +7,35 @@ Without a browser:
    in a note; unknown events are ignored; an idle stretch is one record, never expanded;
 3. bad input to `html` (no such file, not a wire log, an output that cannot be written, the
    log as its own output) is one line on stderr and exit status 2;
-4. a 10,000-step, 16-rank log gives a page of bounded size.
+4. a 10,000-step, 16-rank log gives a page of bounded size;
+5. the page's own files (observe/page: page.html, page.css, page.js) are put in whole, the
+   policy allowing the style and the script by their hashes, and the script parses
+   (`node --check`, skipped with the reason where node is not installed).
 
 In a real browser (Debian's chromium, driven over the DevTools protocol by tests/browser.py,
 skipped with the reason when it is not installed):
-5. the page of a real faulted run loads from file:// with no request beyond the file and no
+6. the page of a real faulted run loads from file:// with no request beyond the file and no
    console error, has a lane per rank and every step, shows the loss and the restart, and a
    click on a step shows its plan item by item;
-6. a hostile request id is shown as text (no script of its runs);
-7. the 10,000-step, 16-rank page loads and redraws without error.
+7. a hostile request id is shown as text (no script of its runs);
+8. the 10,000-step, 16-rank page loads and redraws without error.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import random
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from inferris_dist.cli import page as page_module
-from inferris_dist.cli.page import LogReader, build_page, write_page
+from inferris_dist.observe import page as page_module
+from inferris_dist.observe.page import build_page, read_log, write_page
 
 from tests.helpers.external import CLI, ENV, GOLDEN, REPO
 
@@ -272,7 +278,7 @@ def big(tmp_path_factory) -> tuple[Path, Path, float]:
 
 def test_a_request_id_cannot_close_the_data_block(tmp_path):
     log = synthetic(tmp_path / "hostile.log", 6, 2, request_id=lambda n: HOSTILE if n == 1 else f"r{n}")
-    page = build_page(LogReader(str(log)), title=f"<b>{HOSTILE}</b>")
+    page = build_page(read_log(str(log)), title=f"<b>{HOSTILE}</b>")
     assert HOSTILE not in page and "alert(1)</script>" not in page
     assert page.count("</script>") == 2 and page.count("<script") == 2      # the data, the script
     assert "&lt;b&gt;" in page                                               # the title, escaped
@@ -288,7 +294,7 @@ def test_no_url_outside_the_data(tmp_path, faulted):
     assert "Content-Security-Policy" in page and "default-src 'none'" in page
     # a URL the log holds (a peer's address) is data, shown as text, nowhere else
     log = synthetic(tmp_path / "url.log", 6, 2, request_id=lambda n: f"https://example.com/{n}")
-    page = build_page(LogReader(str(log)))
+    page = build_page(read_log(str(log)))
     assert re.search(r"https?://", page)
     assert not re.search(r"https?://", outside_data(page))
 
@@ -317,7 +323,7 @@ def test_malformed_lines_are_skipped_and_counted(tmp_path, monkeypatch):
         f.write("\n".join(lines).encode() + b"\n")
         f.write(b'{"t": 1, "event": "note", "text": "\xff\xfe bad bytes"}\n')
         f.write(b"\x00\x01\x02 binary\n")
-    page = build_page(LogReader(str(path)))
+    page = build_page(read_log(str(path)))
     data = data_of(page)
     notes = " | ".join(data["notes"])
     assert re.search(r"\d+ malformed record\(s\) skipped", notes), notes
@@ -331,7 +337,7 @@ def test_a_log_cut_short_and_unknown_events(tmp_path):
     cut = text[: text.rindex('"event": "step"') + 40]               # in the middle of a line
     path = tmp_path / "cut.log"
     path.write_text('{"t": 99, "event": "from-the-future", "x": 1}\n' + cut)
-    data = data_of(build_page(LogReader(str(path))))
+    data = data_of(build_page(read_log(str(path))))
     notes = " | ".join(data["notes"])
     assert "cut short" in notes and "from-the-future x1" in notes and "no end record" in notes, notes
     assert len(data["steps"]["step"]) == 9                           # the tenth step was the cut line
@@ -373,7 +379,7 @@ def test_hostile_values_anywhere_never_break_the_builder(faulted):
 def test_an_idle_million_is_not_expanded(tmp_path):
     log = synthetic(tmp_path / "idle.log", 20, 2, idle_at=5, idle_len=1_000_000)
     started = time.monotonic()
-    page = build_page(LogReader(str(log)))
+    page = build_page(read_log(str(log)))
     assert time.monotonic() - started < 5 and len(page) < 200_000
     assert data_of(page)["idle"][0][:2] == [5, 1_000_004]
 
@@ -386,7 +392,7 @@ def test_a_failed_run_and_an_older_log(tmp_path, faulted):
                            "--wire-log", str(log)], cwd=REPO, env=ENV, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 1, done.stdout + done.stderr
-    data = data_of(build_page(LogReader(str(log))))
+    data = data_of(build_page(read_log(str(log))))
     assert data["meta"]["status"] == "failed" and "RankLost" in data["meta"]["error"]
     assert [m[0] for m in data["marks"]].count(data["mark_kinds"].index("lost")) == 1
     assert data["steps"]["step"] == [0, 1, 2]
@@ -449,6 +455,30 @@ def test_a_10000_step_16_rank_page_is_bounded(big):
     assert data["requests"]["more"] > 0
     plans = sum(len(json.dumps(p)) for p in data["plans"])
     assert len(data["plans"]) <= len(data["attempts"]) and plans <= page_module.BODY_BUDGET * 2
+
+
+# -- 5. the page's own files -------------------------------------------------------------------
+
+def test_the_style_and_the_script_are_allowed_by_their_hashes(tmp_path):
+    page = build_page(read_log(str(synthetic(tmp_path / "small.log", 3, 2))))
+    policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', page).group(1)
+    for tag, name in (("style", "page.css"), ("script", "page.js")):
+        inline = re.findall(rf"<{tag}>(.*?)</{tag}>", page, re.S)
+        assert inline == [page_module.asset(name)], tag                  # the file, whole
+        digest = base64.b64encode(hashlib.sha256(inline[0].encode()).digest()).decode()
+        assert f"{tag}-src 'sha256-{digest}'" in policy, (tag, policy)
+    assert "@" + "SCRIPT@" not in page and "@" + "DATA@" not in page   # every slot filled
+
+
+NODE = shutil.which("node")
+
+
+@pytest.mark.skipif(NODE is None, reason="no node on PATH: the page's script is checked by the "
+                    "browser tests only")
+def test_the_script_parses():
+    script = Path(page_module.__file__).with_name("page.js")
+    done = subprocess.run([NODE, "--check", str(script)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
 
 
 # -- in a browser ----------------------------------------------------------------------------

@@ -8,12 +8,13 @@ result (those of a failed attempt too, when the log holds them) and the join. Th
 streamed: the summary keeps one small record per attempt, --step only that step's lines, so
 a long run costs memory per step, not per message.
 
-The log is read as input from outside. It must be a regular file (a fifo, a device or a
-socket is refused before a byte is read); a line is at most 16 MB and holds at most 2**20
-objects and arrays; every field inspect uses is checked, type and range (a rank is below
-4096), and a record that fails is refused naming its line. A last line cut short (the disk
-filled up) is left out with one note, the rest shown; any other bad line refuses the log,
-nothing printed, one line on stderr, exit status 2. Events inspect does not know are skipped.
+The log is read as input from outside, by the wire log reader (observe/logread) in its
+strict mode. It must be a regular file (a fifo, a device or a socket is refused before a
+byte is read); a line is at most 16 MB and holds at most 2**20 objects and arrays; every
+field inspect uses is checked, type and range (a rank is below 4096), and a record that
+fails is refused naming its line. A last line cut short (the disk filled up) is left out
+with one note, the rest shown; any other bad line refuses the log, nothing printed, one
+line on stderr, exit status 2. Events inspect does not know are skipped.
 
 --json: one JSON object per line, "record" first (what it is); nothing else is printed.
   Without --step, in the log's order:
@@ -50,23 +51,19 @@ nothing printed, one line on stderr, exit status 2. Events inspect does not know
 """
 from __future__ import annotations
 
-import errno
 import json
 import math
-import os
-import stat
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, TextIO
 
 from inferris_dist.cli.args import EXIT_OK
 from inferris_dist.cli.render import STEP_WIDTH, Style, human_bytes, shown
 from inferris_dist.engine import WorkloadError
+from inferris_dist.observe.logread import LogReader, Malformed
 from inferris_dist.protocol.placement import MAX_WORLD_SIZE
 
 JSON_HELP = __doc__[__doc__.index("--json:"):]      # the shapes, for `inspect --help`
 PAD = " " * (STEP_WIDTH + 2)     # event lines sit under the figures, as in launch's output
-MAX_LINE_BYTES = 16 << 20        # a longer line is refused, never read whole
-MAX_NESTED = 1 << 20             # objects and arrays in one line: what parsing it may cost
 MAX_RANKS = MAX_WORLD_SIZE       # a rank read from the log is below this, or the log is refused
 MAX_INT = (1 << 63) - 1          # any other number
 
@@ -83,96 +80,36 @@ def run_inspect(path: str, step: int | None, out: TextIO, style: Style, as_json:
 
 # -- reading: one line naming the file for anything that is not a wire log ---------------
 
-class Malformed(Exception):
-    """What is wrong with one record; the reader names the file and the line."""
-
-
 Check = tuple[Callable[[Any], bool], str]     # a field's test, and what it must be, in words
-
-
-def open_log(path: str, command: str = "inspect"):
-    """A wire log, opened for reading only if it is a regular file: a fifo would block the open
-    (or the read) for ever, a device (/dev/zero) never ends. Bad input names `command`."""
-    name = shown(str(path))
-    try:
-        st = os.stat(path)
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
-        if not stat.S_ISREG(st.st_mode):
-            raise WorkloadError(f"{command} {name}: not a regular file ({_kind(st.st_mode)})")
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        try:                                   # swapped between the stat and the open?
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise WorkloadError(f"{command} {name}: not a regular file ({_kind(st.st_mode)})")
-            return os.fdopen(fd, "rb")
-        except BaseException:
-            os.close(fd)
-            raise
-    except OSError as e:
-        raise WorkloadError(f"{command} {name}: {e.strerror or e}") from None
-
-
-def _kind(mode: int) -> str:
-    return ("a directory" if stat.S_ISDIR(mode) else "a fifo" if stat.S_ISFIFO(mode)
-            else "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "not a file")
 
 
 def _records(path: str) -> Iterator[tuple[int, dict | None]]:
     """(line number, record) for each record of the log, checked (unknown events left out);
-    (n, None) last when line n, the last, was cut short."""
-    name = shown(str(path))
-    f = open_log(path)
-    with f:
-        n = 0
-        while True:
-            try:
-                raw = f.readline(MAX_LINE_BYTES + 1)      # never more than one line's worth
-            except OSError as e:
-                raise WorkloadError(f"inspect {name}: {e.strerror or e}") from None
-            if not raw:
-                return
-            n += 1
-            whole = raw.endswith(b"\n")
-            if not raw.strip():
-                continue
-            if raw.lstrip()[:1] not in (b"{", b"["):
-                raise WorkloadError(f"{name} line {n}: not JSON")       # without reading on
-            if not whole and len(raw) > MAX_LINE_BYTES:
-                raise WorkloadError(f"{name} line {n}: longer than {MAX_LINE_BYTES >> 20} MB")
-            if raw.count(b"{") + raw.count(b"[") > MAX_NESTED:
-                raise WorkloadError(f"{name} line {n}: more than {MAX_NESTED} objects and arrays")
-            try:
-                # A valid log is ASCII (json.dumps escapes the rest); a stray byte must not be a traceback.
-                obj = json.loads(raw.decode("utf-8", errors="replace"))
-            except (ValueError, RecursionError):
-                if not whole:                  # the last line, cut short: the rest stands
-                    yield n, None
-                    return
-                raise WorkloadError(f"{name} line {n}: not JSON") from None
-            except MemoryError:                # what is left of a small address space, say
-                raise WorkloadError(f"{name} line {n}: too large to read in this much memory") from None
-            del raw
-            try:
-                record = _record(obj)
-            except Malformed as e:
-                raise WorkloadError(f"{name} line {n}: {e}") from None
-            if record is not None:
-                yield n, record
+    (n, None) last when line n, the last, was cut short. The reader is strict: a line that
+    is no record refuses the log, naming it; so does a record this module finds malformed."""
+    # The reader's line bound (16 MB); no bound on the bytes read in all: inspect keeps a small
+    # record per attempt (--step: one step's), so a long log costs time, not memory.
+    reader = LogReader(path, strict=True, command="inspect", max_read=None)
+    for obj in reader:
+        try:
+            record = _record(obj)
+        except Malformed as e:
+            raise reader.refused(str(e)) from None
+        if record is not None:
+            yield reader.line, record
+    if reader.cut_short is not None:
+        yield reader.cut_short, None
 
 
-def _record(obj: Any) -> dict | None:
-    """A message or a known event, as far as inspect uses it, checked; None: an event
-    inspect does not know."""
-    if isinstance(obj, dict) and "event" in obj and isinstance(obj["event"], str):
+def _record(obj: dict) -> dict | None:
+    """A message or a known event (the reader gives records only: schema.record_kind), as far
+    as inspect uses it, checked; None: an event inspect does not know."""
+    if "event" in obj:
         kind = obj["event"]
         if kind == "attempt":               # only a void one says more than the messages do
             if not (isinstance(obj.get("verdict"), str) and obj["verdict"].startswith("void")):
                 return None
         return None if kind not in EVENTS else {"event": kind, **_checked(obj, EVENTS[kind], f"{kind} event")}
-    if not isinstance(obj, dict) or "event" in obj or not ("dir" in obj or "type" in obj):
-        raise Malformed("neither a wire message nor an event")
     kind = obj.get("type")
     kind = shown(kind) if isinstance(kind, str) and len(kind) <= 32 else "wire"   # an error stays short
     msg = _checked(obj, MESSAGE, f"{kind} message")

@@ -341,7 +341,7 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_html(args) -> int:
-    from inferris_dist.cli.page import write_page
+    from inferris_dist.observe.page import write_page
     write_page(args.wirelog, args.output, args.title)
     return EXIT_OK
 

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from inferris_dist.observe.schema import check_record
 from inferris_dist.protocol.wire import to_jsonable
 
 
@@ -39,15 +41,25 @@ class RankTotals:
 
 
 BUFFERED_EVENTS = frozenset({"phase", "attempt", "step"})   # one per step or more: not flushed each
+CHECK_ENV = "INFERRIS_DIST_CHECK_WIRE_LOG"     # "1": every WireLog checks what it writes (the tests)
 
 
 class WireLog:
-    """One JSON line per message that crossed, and per event (drop, loss, restart)."""
+    """One JSON line per message that crossed, and per event (drop, loss, restart), each as
+    the schema (observe/schema.py) says.
 
-    def __init__(self, stream: TextIO, name: str = "--wire-log"):
+    `checked` (default: the environment's INFERRIS_DIST_CHECK_WIRE_LOG is "1"): every record
+    is checked against the schema before it is written, and one that is not as the schema
+    says (an unknown event or field, a missing one, a value of another kind) raises
+    SchemaError. The test suite turns it on; a production run does not pay for it: the check
+    is put in place of the plain write once, here, not asked about per message."""
+
+    def __init__(self, stream: TextIO, name: str = "--wire-log", checked: bool | None = None):
         self.stream = stream
         self.name = f"{name} {getattr(stream, 'name', '')}".strip()
         self.broken: OSError | None = None    # the first write that failed: nothing is written after
+        if checked if checked is not None else os.environ.get(CHECK_ENV) == "1":
+            self._write = self._checked_write
 
     def message(self, direction: str, rank: int | None, epoch: int, step: int, kind: str,
                 num_bytes: int | None, body: Any, t: float | None = None, **extra: Any) -> None:
@@ -77,6 +89,10 @@ class WireLog:
             self.stream.write(json.dumps(obj) + "\n")
         except OSError as e:
             self._lost(e)
+
+    def _checked_write(self, obj: dict) -> None:
+        check_record(obj)          # SchemaError: the writer drifted from the schema
+        WireLog._write(self, obj)
 
     def _lost(self, e: OSError) -> None:
         self.broken = OSError(e.errno, e.strerror, getattr(self.stream, "name", None))

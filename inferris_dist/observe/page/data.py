@@ -1,0 +1,339 @@
+"""The page's data: what the model (model.py) kept of a log, as the page's script draws it.
+
+One JSON object (`page_data`): times in integer microseconds from the run's start (the `run`
+record's time), texts as indices into one table of strings, attempts with their round trips
+placed on the scheduler's clock (a rank elsewhere by the offset of its fastest round trip),
+the committed steps with their counters and lines, a lane per request, the marks, and the
+notes saying what was skipped or past a bound. Nothing here reads the log again: it works
+from the model's bounded state only, so the page's size is bounded as the model is.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+
+from inferris_dist.engine import StepTrace
+from inferris_dist.observe.page.model import (
+    COUNTERS,
+    LINE_BUDGET,
+    MARKS,
+    MAX_RANK,
+    MAX_REQUEST_LANES,
+    MAX_STEPS,
+    MAX_TEXT,
+    PLAN_KEYS,
+    PREEMPTED,
+    RESULT_KEYS,
+    RUNNING,
+    TIME_LIMIT,
+    WAITING,
+    Builder,
+    Step,
+    clean,
+    error_text,
+    is_int,
+    say,
+)
+from inferris_dist.observe.words import PLAIN, shown, step_events
+
+
+class _Clock:
+    """Scheduler seconds -> integer microseconds from the start of the run."""
+
+    def __init__(self, origin: float):
+        self.origin = origin
+
+    def __call__(self, t: float | None) -> int:
+        if t is None:
+            return -1
+        return int(round(max(-TIME_LIMIT, min(TIME_LIMIT, t - self.origin)) * 1e6))
+
+
+def _offsets(b: Builder, shared: bool) -> dict[tuple[int, int], float]:
+    """Per (rank, pid): the rank's clock minus the scheduler's, from the round trip with the
+    least time on the wire (NTP's midpoint estimate); zero when they share a clock."""
+    best: dict[tuple[int, int], tuple[float, float]] = {}
+    for a in b.attempts:
+        for rt in a.ranks.values():
+            if rt.inside is None or rt.sent is None or rt.back is None:
+                continue
+            if shared:
+                best[(rt.rank, rt.pid)] = (0.0, 0.0)
+                continue
+            received, _, _, encoded = rt.inside
+            wire_time = (rt.back - rt.sent) - (encoded - received)
+            offset = ((received - rt.sent) + (encoded - rt.back)) / 2
+            key = (rt.rank, rt.pid)
+            if key not in best or wire_time < best[key][0]:
+                best[key] = (wire_time, offset)
+    return {k: off for k, (_, off) in best.items()}
+
+
+def _pids(b: Builder) -> None:
+    """Each round trip's process: the latest member of its rank admitted before its plan."""
+    admitted = sorted(((t, rank, pid) for t, rank, _, pid, _ in b.members), key=lambda x: x[0]) or \
+        sorted(((t, rank, pid) for t, rank, _, pid in b.hellos), key=lambda x: x[0])
+    by_rank: dict[int, list[tuple[float, int]]] = {}
+    for t, rank, pid in admitted:
+        by_rank.setdefault(rank, []).append((t, pid))
+    if not by_rank:
+        return
+    for a in b.attempts:
+        for rt in a.ranks.values():
+            seq = by_rank.get(rt.rank)
+            if seq and rt.sent is not None:
+                i = bisect.bisect_right(seq, (rt.sent, math.inf)) - 1
+                rt.pid = seq[max(i, 0)][1]
+
+
+def page_data(b: Builder, title: str, notes: list[str]) -> dict:
+    run = b.run or {}
+    origin = b.run["t"] if b.run is not None else (b.t_lo if math.isfinite(b.t_lo) else 0.0)
+    us = _Clock(origin)
+    T = b.text
+    shared = run.get("shared_clock") is True
+    _pids(b)
+    offsets = _offsets(b, shared)
+
+    # attempts and their round trips
+    attempts = []
+    committed_by_attempt = not b.has_step_events
+    for a in b.attempts:
+        start = a.start()
+        ends = [rt.back for rt in a.ranks.values() if rt.back is not None]
+        end = a.end if a.end is not None else (max(ends) if ends else start)
+        if start is None:
+            start = end if end is not None else origin
+        if end is None:
+            end = start
+        verdict = a.verdict or ("joined" if a.ranks and all(rt.back is not None for rt in a.ranks.values())
+                                else "no answer in the log")
+        rows = []
+        for rank in sorted(a.ranks):
+            rt = a.ranks[rank]
+            sent = rt.sent if rt.sent is not None else start
+            # microseconds after the attempt's start, after the plan's send, after each other
+            row = [rank, round((sent - start) * 1e6),
+                   -1 if rt.back is None else max(0, round((rt.back - sent) * 1e6)), rt.bytes, rt.result]
+            if rt.inside is not None and rt.back is not None:
+                off = offsets.get((rt.rank, rt.pid), 0.0)
+                received, decoded, executed, encoded = rt.inside
+                row += [round((received - off - sent) * 1e6), max(0, round((decoded - received) * 1e6)),
+                        max(0, round((executed - decoded) * 1e6)), max(0, round((encoded - executed) * 1e6))]
+            if rt.plan >= 0:
+                row += [None] * (9 - len(row)) + [rt.plan]
+            rows.append(row)
+        attempts.append([a.step, a.epoch, us(start), us(end), T(verdict), a.plan_bytes, a.plan, rows])
+        a.verdict = verdict
+
+    # committed steps: their spans, counters and lines
+    steps = _steps(b, committed_by_attempt)
+    starts: dict[int, float] = {}
+    for t, dur, _, step in b.phases:
+        if step >= 0 and (step not in starts or t < starts[step]):
+            starts[step] = t
+    for a in b.attempts:
+        s = a.start()
+        if s is not None and (a.step not in starts or s < starts[a.step]):
+            starts[a.step] = s
+    col: dict[str, list] = {"step": [], "epoch": [], "a": [], "b": [], "line": []}
+    counters: dict[str, list] = {k: [] for k in COUNTERS}
+    line_size = 0
+    lines_dropped = 0
+    prev_end = origin
+    spans: list[tuple[float, float]] = []
+    for st in steps:
+        start = min(starts.get(st.step, st.t), st.t)
+        if start < prev_end and st.step not in starts:
+            start = prev_end
+        spans.append((start, st.t))
+        prev_end = st.t
+        col["step"].append(st.step)
+        col["epoch"].append(st.epoch)
+        col["a"].append(us(start))
+        col["b"].append(us(st.t))
+        line = step_events(st.trace, PLAIN, 8) if st.trace is not None else ""
+        if line_size + len(line) > LINE_BUDGET:
+            lines_dropped += 1
+            line = ""
+        line_size += len(line)
+        col["line"].append(line[:2000])
+        for k, v in zip(COUNTERS, st.counters):
+            counters[k].append(v)
+    if not b.has_step_events:
+        counters = {}
+
+    requests = _requests(steps, spans, b, us)
+
+    members = [[rank, epoch, pid, T(host) if host else -1, us(t)] for t, rank, epoch, pid, host in
+               sorted(b.members, key=lambda m: m[0])]
+    if not members:
+        members = [[rank, epoch, pid, -1, us(t)] for t, rank, epoch, pid in sorted(b.hellos)]
+    seen_pid: dict[int, int] = {}
+    for rank, epoch, pid, _, t in members:
+        if rank in seen_pid and seen_pid[rank] != pid:
+            b._mark("replaced", origin + t / 1e6, f"rank {rank} replaced: pid {seen_pid[rank]} -> {pid}",
+                    [rank], epoch=epoch)
+        seen_pid[rank] = pid
+
+    marks = sorted(b.marks, key=lambda m: m[1])
+    marks = [[k, us(t), int(round(dur * 1e6)), ranks, step, epoch, T(text)]
+             for k, t, dur, ranks, step, epoch, text in marks]
+    phases = sorted(b.phases)
+    idle = []
+    ends = sorted(z for _, z in spans)
+    for first, last, t in sorted(b.idle, key=lambda x: x[0]):
+        # the stretch began when the step before it ended (the event is written at its end)
+        j = bisect.bisect_right(ends, t) - 1
+        idle.append([first, last, us(ends[j] if j >= 0 else min(t, origin)), us(t)])
+
+    world = run.get("world_size")
+    ranks = set(b.ranks)
+    if is_int(world) and 0 < world <= MAX_RANK + 1:
+        ranks |= set(range(world))
+    ranks_list = sorted(ranks)[:256]
+
+    for what, n in (("plan bodies", b.plans.dropped), ("result bodies", b.results.dropped)):
+        if n:
+            kept = (b.plans if what == "plan bodies" else b.results).kept_to
+            notes.append(f"{what} kept up to step {kept} only ({n} more not kept, to bound the page's "
+                         f"size): `inferris-dist inspect WIRELOG --step K` prints any step in full")
+    for n, what in ((b.dropped_attempts, "attempts"), (b.dropped_round_trips, "round trips"),
+                    (b.dropped_steps, "committed steps"), (b.dropped_phases, "scheduler phases"),
+                    (b.dropped_marks, "events"), (lines_dropped, "step lines"), (T.dropped, "texts")):
+        if n:
+            notes.append(f"{n} {what} beyond the page's bound are not shown")
+    if requests["more"]:
+        notes.append(f"{requests['total']} requests: lanes for the first {len(requests['ids'])} "
+                     f"(the counter tracks count them all)")
+    if len(ranks) > len(ranks_list):
+        notes.append(f"{len(ranks)} ranks in the log: the first {len(ranks_list)} have lanes")
+    if b.malformed:
+        total = sum(b.malformed.values())
+        kinds = ", ".join(f"{k} x{n}" for k, n in list(b.malformed.items())[:6])
+        notes.insert(0, f"{total} malformed record(s) skipped: {kinds}")
+    if b.unknown:
+        notes.append("events this page does not know, ignored: " +
+                     ", ".join(f"{k} x{n}" for k, n in b.unknown.items()))
+    if not b.has_step_events and steps:
+        notes.append("no step events in this log (written before they were logged): steps are the "
+                     "joined attempts, request lanes come from the plans, and there are no counters")
+    if b.run is not None and b.end is None:
+        notes.append("the log has no end record: the run did not finish writing it")
+
+    end_status = b.end.get("status") if b.end else None
+    meta = {"name": say(run.get("name")) if run.get("name") else "",
+            "world_size": world if is_int(world) else None,
+            "rung": say(run["rung"]) if "rung" in run else "",
+            "policy": say(run["policy"]) if "policy" in run else "",
+            "faults": [say(f) for f in run.get("faults", [])[:32]] if isinstance(run.get("faults"), list)
+            else [],
+            "config": {shown(str(k))[:40]: clean(v) for k, v in list(run.get("config", {}).items())[:16]}
+            if isinstance(run.get("config"), dict) else {},
+            "requests": run.get("requests") if is_int(run.get("requests")) else None,
+            "scheduler_pid": run.get("scheduler_pid") if is_int(run.get("scheduler_pid")) else None,
+            "address": say(run.get("address") or run.get("listen") or ""),
+            "shared_clock": run.get("shared_clock") if isinstance(run.get("shared_clock"), bool) else None,
+            "status": say(end_status) if end_status is not None else "",
+            "error": error_text(b.end.get("error")) if b.end and b.end.get("error") is not None else "",
+            "messages": b.messages, "bytes_out": b.bytes_out, "bytes_in": b.bytes_in,
+            "offsets": [[r, pid, round(o * 1e6, 1)] for (r, pid), o in sorted(offsets.items())
+                        if not shared][:256]}
+    lo = min([0] + [a[2] for a in attempts] + [m[1] for m in marks])
+    hi = max([1] + [a[3] for a in attempts] + [m[1] + m[2] for m in marks] + col["b"]
+             + [us(t + d) for t, d, _, _ in phases])
+    return {
+        "v": 1, "title": shown(title), "meta": meta, "notes": notes, "strs": T.texts,
+        "span": [lo, hi], "ranks": ranks_list, "phases": [[k, s, us(t), int(round(d * 1e6))]
+                                                          for t, d, k, s in phases],
+        "attempts": attempts, "plans": b.plans.rows, "results": b.results.rows,
+        "plan_keys": list(PLAN_KEYS), "result_keys": list(RESULT_KEYS),
+        "steps": col, "counters": counters, "requests": requests, "marks": marks, "mark_kinds": list(MARKS),
+        "members": members, "handshakes": [[r, us(a), us(z)] for r, a, z in b.handshakes],
+        "audits": [[r, us(a), us(z), n, s] for r, a, z, n, s in b.audits], "idle": idle,
+        # from the run's first record to its first plan: the ranks being started and joining
+        "startup": [0, min(a[2] for a in attempts)] if b.run is not None and attempts else None,
+    }
+
+
+def _steps(b: Builder, from_attempts: bool) -> list[Step]:
+    """The committed steps in order: the step events, or (an older log) the joined attempts,
+    with the plan's request ids as what ran."""
+    if not from_attempts:
+        return sorted(b.steps, key=lambda s: s.t)
+    steps = []
+    for a in b.attempts:
+        if a.verdict == "joined" and len(steps) < MAX_STEPS:
+            ends = [rt.back for rt in a.ranks.values() if rt.back is not None]
+            t = a.end if a.end is not None else (max(ends) if ends else a.start() or 0.0)
+            body = a.plan_body if isinstance(a.plan_body, list) else []
+            ids = list(dict.fromkeys(x.get("request_id") for x in body
+                                     if isinstance(x, dict) and isinstance(x.get("request_id"), str)))
+            trace = StepTrace(a.step, [], ids, {}, {}, {}, [], {}, {}, [], {}, {}, {})
+            steps.append(Step(a.step, a.epoch, t, trace, [None] * len(COUNTERS)))
+    return sorted(steps, key=lambda s: s.t)
+
+
+@dataclass
+class _Lane:
+    index: int
+    admitted: int
+    cursor: float
+    segs: list = field(default_factory=list)      # flat: state, from, to, ...
+    state: int = WAITING
+    finished: int = -1
+    reason: str = ""
+    ran: int = 0
+    preemptions: int = 0
+    last_run: int = -1
+
+
+def _requests(steps: list[Step], spans: list[tuple[float, float]], b: Builder, us) -> dict:
+    """A lane per request (the first MAX_REQUEST_LANES): waiting, running, preempted, as the
+    committed steps say, and where it finished."""
+    lanes: dict[str, _Lane] = {}
+    active: dict[str, _Lane] = {}
+    others: set[str] = set()
+    for st, (start, end) in zip(steps, spans):
+        tr = st.trace
+        if tr is None:
+            continue
+        ran = set(tr.scheduled) | set(tr.executed)
+        preempted = set(tr.preempted)
+        for rid in list(tr.admitted) + list(tr.scheduled):
+            if rid in lanes or rid in others:
+                continue
+            if len(lanes) < MAX_REQUEST_LANES:
+                lanes[rid] = active[rid] = _Lane(len(lanes), st.step, start)
+            elif len(others) < 1_000_000:
+                others.add(rid)
+        for rid, lane in list(active.items()):
+            if rid in preempted:
+                state = PREEMPTED
+                lane.preemptions += 1
+            elif rid in ran:
+                state = RUNNING
+                lane.ran += 1
+                lane.last_run = len(lane.segs)
+            else:
+                state = PREEMPTED if lane.state == PREEMPTED else WAITING
+            seg = lane.segs
+            if seg and seg[-3] == state and seg[-1] == us(lane.cursor):
+                seg[-1] = us(end)
+            else:
+                seg += [state, us(lane.cursor), us(end)]
+            lane.state, lane.cursor = state, end
+            if rid in tr.finished:
+                lane.finished, lane.reason = st.step, tr.finished[rid]
+                del active[rid]
+    if not b.has_step_events:           # an older log: nothing says when a request finished
+        for lane in lanes.values():
+            if lane.last_run >= 0:
+                del lane.segs[lane.last_run + 3:]
+    ids = list(lanes)
+    return {"ids": [shown(r[:MAX_TEXT]) for r in ids],
+            "lanes": [lanes[r].segs for r in ids],
+            "info": [[lanes[r].admitted, lanes[r].finished, shown(lanes[r].reason[:40]), lanes[r].ran,
+                      lanes[r].preemptions] for r in ids],
+            "total": len(lanes) + len(others), "more": len(others)}

@@ -1,0 +1,1258 @@
+// inferris-dist html: the page's script. It reads the run's data (the JSON block the
+// builder, inferris_dist/observe/page, put in the page) and draws it on a canvas: lanes for
+// the scheduler, the ranks and the requests, counter tracks, marks; a click on a step shows its
+// plan, every rank's result and the join. It uses no library and loads nothing: the page's
+// Content-Security-Policy allows this script by its hash, and no connection at all. Every text
+// from the log is put on the page as text (textContent), never as markup.
+(function () {
+'use strict';
+var D;
+try {
+  D = JSON.parse(document.getElementById('data').textContent);
+} catch (err) {
+  document.getElementById('run').textContent = 'the page holds no readable data: ' + err;
+  return;
+}
+const $ = (id) => document.getElementById(id);
+const S = D.strs || [];
+const txt = (i) => (Number.isInteger(i) && i >= 0 && i < S.length ? S[i] : '');
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  return e;
+}
+function add(parent, tag, cls, text) {
+  const e = el(tag, cls, text);
+  parent.appendChild(e);
+  return e;
+}
+function hb(n) {
+  if (!(n >= 0)) return '-';
+  if (n < 1024) return n + ' B';
+  if (n < 1048576) return (n / 1024).toFixed(1) + ' kB';
+  return (n / 1048576).toFixed(1) + ' MB';
+}
+function ft(us) {                       // a duration in microseconds
+  if (!(us === us)) return '-';
+  const a = Math.abs(us);
+  if (a < 1000) return (a < 10 ? us.toFixed(1) : us.toFixed(0)) + ' \u00b5s';
+  if (a < 1e6) return (us / 1000).toFixed(a < 1e4 ? 2 : 1) + ' ms';
+  return (us / 1e6).toFixed(a < 1e8 ? 3 : 1) + ' s';
+}
+const at = (us) => '+' + ft(us);        // a time since the run began
+function lowerBound(arr, x) {           // the first index whose value is >= x
+  let lo = 0, hi = arr.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (arr[mid] < x) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+function ranksText(rs) {
+  if (!rs.length) return 'no rank';
+  const run = rs.length > 2 && rs.every((r, i) => r === rs[0] + i);
+  if (run) return 'ranks ' + rs[0] + '-' + rs[rs.length - 1];
+  return (rs.length === 1 ? 'rank ' : 'ranks ') + rs.join(', ');
+}
+function vt(v) {                        // a value of a plan or a result, as text
+  if (v === null || v === undefined) return '-';
+  if (Array.isArray(v)) {
+    if (!v.length) return '-';
+    return v.every(Number.isInteger) ? v.join(',') : JSON.stringify(v);
+  }
+  if (typeof v === 'object') return JSON.stringify(v);
+  return String(v);
+}
+
+// -- the model -------------------------------------------------------------------------------
+const KINDS = D.mark_kinds || [];
+const span = D.span || [0, 1];
+const ranks = D.ranks || [];
+const laneOfRank = new Map();
+ranks.forEach((r, i) => laneOfRank.set(r, i));
+
+const attempts = (D.attempts || []).map((r, i) => {
+  const a = r[2];
+  const rts = r[7].map((w) => {
+    const sent = a + w[1];
+    const back = w[2] >= 0 ? sent + w[2] : NaN;
+    let inside = null;
+    if (w.length >= 9 && w[5] !== null && back === back) {
+      const rc = sent + w[5], dc = rc + w[6], ex = dc + w[7], en = ex + w[8];
+      inside = [rc, dc, ex, en];
+    }
+    return {rank: w[0], sent: sent, back: back, bytes: w[3], result: w[4], inside: inside,
+            plan: w.length > 9 ? w[9] : r[6]};
+  });
+  const verdict = txt(r[4]);
+  return {i: i, step: r[0], epoch: r[1], a: a, b: Math.max(a, r[3]), verdict: verdict,
+          ok: verdict === 'joined', planBytes: r[5], plan: r[6], rts: rts};
+});
+const attemptsOf = new Map();
+for (const x of attempts) {
+  if (!attemptsOf.has(x.step)) attemptsOf.set(x.step, []);
+  attemptsOf.get(x.step).push(x);
+}
+const byStart = attempts.slice().sort((p, q) => p.a - q.a);
+const failed = byStart.filter((x) => !x.ok);
+const failedA = Float64Array.from(failed, (x) => x.a);
+const failedMax = failed.reduce((m, x) => Math.max(m, x.b - x.a), 0);
+
+const ST = D.steps || {step: [], epoch: [], a: [], b: [], line: []};
+const nSteps = ST.step.length;
+const stepA = Float64Array.from(ST.a), stepB = Float64Array.from(ST.b);
+let stepMax = 0;
+for (let i = 0; i < nSteps; i++) stepMax = Math.max(stepMax, stepB[i] - stepA[i]);
+const stepIdx = new Map();
+for (let i = 0; i < nSteps; i++) if (!stepIdx.has(ST.step[i])) stepIdx.set(ST.step[i], i);
+const idle = D.idle || [];
+const idleA = Float64Array.from(idle, (r) => r[2]);
+const idleMax = idle.reduce((m, r) => Math.max(m, r[3] - r[2]), 0);
+const stepList = Array.from(new Set(ST.step.concat(attempts.map((x) => x.step)))).sort((p, q) => p - q);
+
+const phases = (D.phases || []).slice().sort((p, q) => p[2] - q[2]);
+const phaseA = Float64Array.from(phases, (r) => r[2]);
+const phaseMax = phases.reduce((m, r) => Math.max(m, r[3]), 0);
+const PHASE = ['prepare', 'execute', 'commit', 'recover'];
+const COL = {prepare: '#5b8def', execute: '#f0a030', commit: '#3fae6a', recover: '#e0504a',
+  rt: '#c6d4e9', rtFail: '#f2a09a', rtLost: '#f6c9c5', decode: '#8e6bd1', exec: '#2a9d8f',
+  encode: '#d9a400', audit: '#7b8fe0', hand: '#a9dbb3', wait: '#f7c98b', lost: '#d62728',
+  restart: '#ef7d0d', note: '#7d8590', peer: '#9b4dca', replaced: '#2f9e44', end: '#333',
+  waiting: '#ead9a6', running: '#4e9a6a', preempted: '#ec8f43', grid: '#eef0f3'};
+
+const marks = (D.marks || []).map((r, i) => ({i: i, kind: KINDS[r[0]] || '?', t: r[1], dur: r[2],
+  ranks: r[3], step: r[4], epoch: r[5], text: txt(r[6])}));
+const RANKED = new Set(['lost', 'restart', 'replaced', 'note', 'audit-failed', 'rejoin-wait',
+  'refused']);
+const TOP = new Set(['lost', 'restart', 'step-failed', 'audit', 'audit-failed', 'end']);
+const stepMarks = marks.filter((m) => TOP.has(m.kind));
+const schedMarks = marks.filter((m) => !m.ranks.length && !TOP.has(m.kind));
+const markCount = {};
+for (const m of marks) markCount[m.kind] = (markCount[m.kind] || 0) + 1;
+const epochStarts = [[span[0], 0]];
+for (const m of marks) if (m.kind === 'restart' && m.epoch >= 0) epochStarts.push([m.t, m.epoch]);
+epochStarts.sort((p, q) => p[0] - q[0]);
+function epochAt(t) {
+  let e = epochStarts[0][1];
+  for (const s of epochStarts) if (s[0] <= t) e = s[1];
+  return e;
+}
+
+// each rank: its round trips (sorted by send), processes, audits, joins, waits and marks
+const members = (D.members || []).slice().sort((p, q) => p[4] - q[4]);
+const R = ranks.map((r) => ({rank: r, list: [], audits: [], hands: [], waits: [], marks: [],
+  bands: [], pids: [], host: ''}));
+for (const x of attempts) {
+  for (const rt of x.rts) {
+    const L = R[laneOfRank.get(rt.rank)];
+    if (L) L.list.push({x: x, rt: rt});
+  }
+}
+for (const L of R) {
+  L.list.sort((p, q) => p.rt.sent - q.rt.sent);
+  const n = L.list.length;
+  L.st = new Float64Array(n);
+  L.en = new Float64Array(n);
+  L.maxDur = 0;
+  L.list.forEach((it, j) => {
+    const e = it.rt.back === it.rt.back ? it.rt.back : Math.max(it.x.b, it.rt.sent);
+    L.st[j] = it.rt.sent;
+    L.en[j] = e;
+    L.maxDur = Math.max(L.maxDur, e - it.rt.sent);
+  });
+}
+for (const r of D.audits || []) {
+  const L = R[laneOfRank.get(r[0])];
+  if (L) L.audits.push({a: r[1], b: Math.max(r[1], r[2]), bytes: r[3], step: r[4]});
+}
+for (const r of D.handshakes || []) {
+  const L = R[laneOfRank.get(r[0])];
+  if (L) L.hands.push({a: r[1], b: Math.max(r[1], r[2])});
+}
+for (const m of marks) {
+  if (!RANKED.has(m.kind)) continue;
+  for (const r of m.ranks) {
+    const L = R[laneOfRank.get(r)];
+    if (!L) continue;
+    if (m.kind === 'rejoin-wait') L.waits.push(m); else L.marks.push(m);
+  }
+}
+const lastT = Math.max(span[1], 0);
+for (const L of R) {
+  L.audits.sort((p, q) => p.a - q.a);
+  L.hands.sort((p, q) => p.a - q.a);
+  const own = members.filter((m) => m[0] === L.rank);
+  const losses = L.marks.filter((m) => m.kind === 'lost').map((m) => m.t);
+  own.forEach((m, j) => {
+    let b = j + 1 < own.length ? own[j + 1][4] : lastT;
+    for (const t of losses) if (t > m[4] && t < b) b = t;
+    const host = txt(m[3]);
+    if (host) L.host = host;
+    if (!L.pids.length || L.pids[L.pids.length - 1] !== m[2]) L.pids.push(m[2]);
+    // one band per process and epoch
+    const cuts = epochStarts.filter((s) => s[0] > m[4] && s[0] < b).map((s) => s[0]);
+    let a = m[4];
+    for (const c of cuts.concat([b])) {
+      const e = epochAt(a);
+      L.bands.push({a: a, b: c, pid: m[2], host: host, epoch: Math.max(e, m[1])});
+      a = c;
+    }
+  });
+}
+
+// counter tracks
+function series(t, values) {
+  const v = Float64Array.from(values, (x) => (typeof x === 'number' ? x : NaN));
+  let max = 0;
+  for (const x of v) if (x > max) max = x;
+  return {t: t, v: v, max: max};
+}
+const C = D.counters || {};
+const attT = Float64Array.from(byStart, (x) => x.a);
+const TRACKS = [];
+function track(label, parts) {
+  const ss = parts.filter((p) => p[0]);
+  if (!ss.length) return;
+  const max = Math.max(1, ...ss.map((p) => p[0].max));
+  TRACKS.push({label: label, parts: ss, max: max});
+}
+const cs = (k) => (C[k] ? series(stepB, C[k]) : null);
+track('requests', [[cs('requests_running'), COL.running, 'running'],
+  [cs('requests_waiting'), '#c79a1e', 'waiting'], [cs('requests_preempted'), COL.preempted, 'preempted']]);
+track('batch tokens', [[cs('batch_tokens'), '#5b8def', 'batch tokens']]);
+track('pages', [[cs('pages_free'), '#3fae6a', 'free'], [cs('pages_cached'), '#8e6bd1', 'cached']]);
+track('wire bytes', [[series(attT, byStart.map((x) => (x.planBytes >= 0 ? x.planBytes : null))),
+  '#5b8def', 'plan'], [series(attT, byStart.map((x) => x.rts.reduce((m, r) => Math.max(m, r.bytes), -1))
+  .map((b) => (b >= 0 ? b : null))), '#e0504a', 'result']]);
+
+const RQ = D.requests || {ids: [], lanes: [], info: [], total: 0, more: 0};
+
+// -- the lanes -------------------------------------------------------------------------------
+const LANES = [];
+function lane(kind, h, label, extra) {
+  LANES.push(Object.assign({kind: kind, h: h, label: label, y: 0}, extra || {}));
+}
+lane('steps', 30, 'steps');
+lane('sched', 24, 'scheduler');
+lane('head', 18, 'ranks: ' + ranks.length);
+R.forEach((L) => lane('rank', 44, 'rank ' + L.rank, {R: L}));
+if (TRACKS.length) {
+  lane('head', 18, 'counters');
+  TRACKS.forEach((tk) => lane('counter', 48, tk.label, {track: tk}));
+}
+lane('head', 18, RQ.more ? 'requests: the first ' + RQ.ids.length + ' of ' + RQ.total
+  : 'requests: ' + RQ.ids.length);
+RQ.ids.forEach((id, i) => lane('req', 13, id, {req: i}));
+let totalH = 0;
+for (const L of LANES) { L.y = totalH; totalH += L.h; }
+// the lanes as text too (the canvas is a picture): for screen readers, find-in-page and tests
+for (const L of LANES) {
+  if (L.kind !== 'rank' && L.kind !== 'sched' && L.kind !== 'steps') continue;
+  const li = document.createElement('li');
+  li.textContent = L.label + (L.R && L.R.pids.length ? ': pid ' + L.R.pids.join(' \u2192 ') : '')
+    + (L.R && L.R.host ? ' @ ' + L.R.host : '');
+  $('lanes').appendChild(li);
+}
+
+// -- drawing ---------------------------------------------------------------------------------
+const cv = $('cv'), ctx = cv.getContext('2d'), plot = $('plot');
+const GX = 172, AX = 24;
+const FONT = '11px system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif';
+let W = 600, H = 400, dpr = 1;
+let v0 = span[0], v1 = span[1], sy = 0;
+let selStep = null, selReq = null, pending = false, frames = 0;
+let stats = {frames: 0, marks: {}, roundTrips: 0, steps: 0, phases: 0, requests: 0, lanes: 0};
+const X = (t) => GX + (t - v0) * (W - GX) / (v1 - v0);
+const T = (x) => v0 + (x - GX) * (v1 - v0) / (W - GX);
+
+function hatch(color) {
+  const c = document.createElement('canvas');
+  c.width = c.height = 6;
+  const g = c.getContext('2d');
+  g.strokeStyle = color;
+  g.lineWidth = 1.5;
+  g.beginPath();
+  g.moveTo(0, 6); g.lineTo(6, 0); g.moveTo(-1, 1); g.lineTo(1, -1); g.moveTo(5, 7); g.lineTo(7, 5);
+  g.stroke();
+  return ctx.createPattern(c, 'repeat');
+}
+const HATCH = {lost: hatch('#d62728'), idle: hatch('#b7bec8'), wait: hatch('#e07b00')};
+
+function resize() {
+  const r = plot.getBoundingClientRect();
+  dpr = window.devicePixelRatio || 1;
+  W = Math.max(GX + 100, r.width);
+  H = Math.max(AX + 40, r.height);
+  cv.width = Math.round(W * dpr);
+  cv.height = Math.round(H * dpr);
+  clampY();
+  draw();
+}
+function dirty() {
+  if (!pending) { pending = true; requestAnimationFrame(draw); }
+}
+function clampY() { sy = Math.max(0, Math.min(sy, Math.max(0, totalH - (H - AX) + 8))); }
+function clampX() {
+  const full = Math.max(10, span[1] - span[0]);
+  let w = Math.max(2, Math.min(v1 - v0, full * 1.5));
+  let c = (v0 + v1) / 2;
+  c = Math.max(span[0] - full * 0.25, Math.min(span[1] + full * 0.25, c));
+  v0 = c - w / 2; v1 = c + w / 2;
+}
+function fit() {
+  const full = Math.max(10, span[1] - span[0]);
+  v0 = span[0] - full * 0.01; v1 = span[1] + full * 0.015;
+  dirty();
+}
+function zoom(f, x) {
+  const t = T(x === undefined ? (GX + W) / 2 : x);
+  v0 = t - (t - v0) * f; v1 = t + (v1 - t) * f;
+  clampX(); dirty();
+}
+function pan(dx) {
+  const d = dx * (v1 - v0) / (W - GX);
+  v0 += d; v1 += d; clampX(); dirty();
+}
+
+function label(text, x, y, maxW, color) {
+  if (maxW < 12) return;
+  let s = text;
+  if (ctx.measureText(s).width > maxW) {
+    let lo = 0, hi = s.length;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (ctx.measureText(s.slice(0, mid) + '\u2026').width <= maxW) lo = mid; else hi = mid - 1;
+    }
+    if (lo < 1) return;
+    s = s.slice(0, lo) + '\u2026';
+  }
+  if (color) ctx.fillStyle = color;
+  ctx.fillText(s, x, y);
+}
+function box(a, b, y, h, fill) {          // a span drawn; how wide it shows (0: not at all)
+  let x0 = X(a), x1 = X(b);
+  if (x1 < GX || x0 > W) return 0;
+  if (x1 - x0 < 1) x1 = x0 + 1;
+  ctx.fillStyle = fill;
+  ctx.fillRect(x0, y, x1 - x0, h);
+  return Math.min(W, x1) - Math.max(GX, x0);
+}
+
+function icon(kind, x, y, s) {
+  ctx.save();
+  ctx.lineWidth = 2;
+  if (kind === 'lost' || kind === 'step-failed') {
+    ctx.strokeStyle = COL.lost;
+    ctx.beginPath();
+    ctx.moveTo(x - s, y - s); ctx.lineTo(x + s, y + s); ctx.moveTo(x + s, y - s); ctx.lineTo(x - s, y + s);
+    ctx.stroke();
+  } else if (kind === 'restart' || kind === 'replaced') {
+    ctx.fillStyle = kind === 'restart' ? COL.restart : COL.replaced;
+    ctx.beginPath();
+    ctx.moveTo(x, y - s - 1); ctx.lineTo(x + s + 1, y + s); ctx.lineTo(x - s - 1, y + s); ctx.closePath();
+    ctx.fill();
+  } else if (kind === 'audit' || kind === 'audit-failed') {
+    ctx.fillStyle = kind === 'audit' ? COL.audit : COL.lost;
+    ctx.beginPath();
+    ctx.moveTo(x, y - s); ctx.lineTo(x + s, y); ctx.lineTo(x, y + s); ctx.lineTo(x - s, y); ctx.closePath();
+    ctx.fill();
+  } else if (kind === 'turned-away' || kind === 'refused') {
+    ctx.fillStyle = COL.peer;
+    ctx.fillRect(x - s + 1, y - s + 1, 2 * s - 2, 2 * s - 2);
+  } else if (kind === 'end') {
+    ctx.strokeStyle = COL.end;
+    ctx.beginPath(); ctx.moveTo(x, y - s - 2); ctx.lineTo(x, y + s + 2); ctx.stroke();
+    ctx.fillStyle = COL.end;
+    ctx.fillRect(x, y - s - 2, s + 2, s);
+  } else {
+    ctx.fillStyle = COL.note;
+    ctx.beginPath(); ctx.arc(x, y, s - 1, 0, 6.3); ctx.fill();
+  }
+  ctx.restore();
+}
+const WORD = {lost: 'lost', restart: 'restart', replaced: 'new pid', 'step-failed': 'failed',
+  'audit-failed': 'audit failed', end: 'end'};
+
+function drawMarks(list, y, h, seen, words) {
+  const tol = 4 * (v1 - v0) / (W - GX);
+  let lastX = -1e9, textEnd = -1e9;
+  for (const m of list) {
+    if (m.t < v0 - tol || m.t > v1 + tol || m.kind === 'rejoin-wait') continue;
+    const x = X(m.t);
+    seen.add(m.i);
+    if (x - lastX < 2 && m.kind !== 'lost' && m.kind !== 'restart') continue;
+    lastX = x;
+    icon(m.kind, x, y + h / 2, 4);
+    if (words && WORD[m.kind]) {
+      ctx.font = 'bold ' + FONT;
+      const lx = Math.max(x + 7, textEnd + 6);          // beside the last word, never over it
+      const w = ctx.measureText(WORD[m.kind]).width;
+      if (lx - x < 90) {
+        label(WORD[m.kind], lx, y + h / 2, 80, m.kind === 'restart' ? '#b35900'
+          : m.kind === 'replaced' ? '#1f6f30' : m.kind === 'end' ? COL.end : COL.lost);
+        textEnd = lx + w;
+      }
+      ctx.font = FONT;
+    }
+  }
+}
+
+function drawSteps(y, h, st) {
+  let i = lowerBound(stepA, v0 - stepMax);
+  ctx.textAlign = 'center';
+  for (; i < nSteps && stepA[i] <= v1; i++) {
+    const w = box(stepA[i], stepB[i], y + 3, h - 6, ST.step[i] % 2 ? '#c9d2de' : '#dbe1ea');
+    if (!w) continue;
+    st.steps++;
+    if (w > 22) {
+      const x0 = Math.max(GX, X(stepA[i])), x1 = Math.min(W, X(stepB[i]));
+      label(String(ST.step[i]), (x0 + x1) / 2, y + h / 2, x1 - x0 - 4, '#223');
+    }
+  }
+  ctx.textAlign = 'left';
+  for (let j = lowerBound(idleA, v0 - idleMax); j < idle.length && idleA[j] <= v1; j++) {
+    const r = idle[j];
+    const w = box(r[2], r[3], y + 5, h - 10, HATCH.idle);
+    if (w > 40) {
+      label('idle ' + (r[0] === r[1] ? r[0] : r[0] + '-' + r[1]), Math.max(GX, X(r[2])) + 3, y + h / 2,
+        w - 6, '#556');
+    }
+  }
+  for (let j = lowerBound(failedA, v0 - failedMax); j < failed.length && failedA[j] <= v1; j++) {
+    const x = failed[j];
+    const w = box(x.a, x.b, y + h / 2, h / 2 - 3, '#e0504a');
+    if (w > 50) label('step ' + x.step + ' failed', Math.max(GX, X(x.a)) + 3, y + h * 0.75, w - 6, '#fff');
+  }
+  if (selStep !== null) {
+    const s = stepSpan(selStep);
+    if (s) {
+      ctx.strokeStyle = '#1d4ed8'; ctx.lineWidth = 2;
+      ctx.strokeRect(X(s[0]), y + 2, Math.max(2, X(s[1]) - X(s[0])), h - 4);
+    }
+  }
+}
+
+function drawSched(y, h, st, seen) {
+  let i = lowerBound(phaseA, v0 - phaseMax);
+  let lastX = -1e9;
+  for (; i < phases.length && phaseA[i] <= v1; i++) {
+    const r = phases[i];
+    const x0 = X(r[2]), x1 = X(r[2] + r[3]);
+    if (x1 < GX) continue;
+    if (x1 - x0 < 1 && x0 - lastX < 1) continue;
+    lastX = x0;
+    st.phases++;
+    const w = box(r[2], r[2] + r[3], y + 3, h - 6, COL[PHASE[r[0]]] || '#999');
+    if (w > 46) label(PHASE[r[0]] + ' ' + r[1], Math.max(GX, x0) + 3, y + h / 2, w - 6, '#fff');
+  }
+  if (D.startup && D.startup[1] > D.startup[0]) {
+    const w = box(D.startup[0], D.startup[1], y + 5, h - 10, HATCH.idle);
+    const x0 = Math.max(GX, X(D.startup[0])) + 3;
+    if (w > 90) label('start-up: the ranks join', x0, y + h / 2, w - 6, '#445');
+  }
+  for (const m of schedMarks) {
+    if (m.kind === 'rejoin-wait' && m.t <= v1 && m.t + m.dur >= v0) {
+      box(m.t, m.t + m.dur, y + 3, h - 6, HATCH.wait);
+      seen.add(m.i);
+    }
+  }
+  drawMarks(schedMarks, y, h, seen, false);
+}
+
+function drawRank(L, y, h, st, seen) {
+  const sh = 12;
+  ctx.fillStyle = laneOfRank.get(L.rank) % 2 ? '#fbfcfd' : '#ffffff';
+  ctx.fillRect(GX, y, W - GX, h);
+  for (const b of L.bands) {
+    const w = box(b.a, b.b, y + 1, sh, b.epoch % 2 ? '#d8e2f0' : '#e9eef5');
+    if (!w) continue;
+    const x0 = Math.max(GX, X(b.a));
+    ctx.fillStyle = '#7a8799';
+    ctx.fillRect(X(b.a), y + 1, 1, sh);
+    const room = Math.min(W, X(b.b)) - x0 - 5;
+    const long = 'pid ' + b.pid + ' \u00b7 epoch ' + b.epoch + (b.host ? ' \u00b7 ' + b.host : '');
+    const short = 'pid ' + b.pid + ' \u00b7 e' + b.epoch;
+    label(ctx.measureText(long).width <= room ? long : ctx.measureText(short).width <= room ? short
+      : b.pid + ' e' + b.epoch, x0 + 3, y + 1 + sh / 2, room, '#334155');
+  }
+  const top = y + sh + 3, rh = h - sh - 6;
+  for (const s of L.hands) box(s.a, s.b, top, rh, COL.hand);
+  for (const m of L.waits) {
+    if (m.t > v1 || m.t + m.dur < v0) continue;
+    const w = box(m.t, m.t + m.dur, top, rh, HATCH.wait);
+    seen.add(m.i);
+    if (w > 70) label('waiting to rejoin', Math.max(GX, X(m.t)) + 3, top + rh / 2, w - 6, '#7a3d00');
+  }
+  const n = L.st.length;
+  let j = lowerBound(L.st, v0 - L.maxDur);
+  let lastX = -1e9;
+  for (; j < n && L.st[j] <= v1; j++) {
+    const x0 = X(L.st[j]), x1 = X(L.en[j]);
+    if (x1 < GX) continue;
+    const it = L.list[j];
+    const lost = !(it.rt.back === it.rt.back);
+    const w = x1 - x0;
+    if (w < 1 && x0 - lastX < 1 && it.x.ok) continue;
+    lastX = x0;
+    st.roundTrips++;
+    ctx.fillStyle = lost ? HATCH.lost : it.x.ok ? COL.rt : COL.rtFail;
+    ctx.fillRect(x0, top, Math.max(1, w), rh);
+    if (lost) {
+      ctx.strokeStyle = COL.lost; ctx.lineWidth = 1;
+      ctx.strokeRect(x0 + 0.5, top + 0.5, Math.max(1, w - 1), rh - 1);
+    }
+    const ins = it.rt.inside;
+    if (ins && w > 5) {
+      const iy = top + rh * 0.42, ih = rh * 0.58;
+      box(ins[0], ins[1], iy, ih, COL.decode);
+      box(ins[1], ins[2], iy, ih, COL.exec);
+      box(ins[2], ins[3], iy, ih, COL.encode);
+    }
+    if (w > 60) {
+      label('step ' + it.x.step + (it.x.ok ? '' : ': ' + it.x.verdict), Math.max(GX, x0) + 3,
+        top + rh * 0.22, Math.min(W, x1) - Math.max(GX, x0) - 6, '#223');
+    }
+  }
+  for (const s of L.audits) {
+    if (s.b < v0 || s.a > v1) continue;
+    const w = box(s.a, s.b, top + rh * 0.25, rh * 0.5, COL.audit);
+    if (w > 40) label('audit', Math.max(GX, X(s.a)) + 3, top + rh / 2, w - 6, '#fff');
+  }
+  drawMarks(L.marks, y + sh, h - sh, seen, true);
+}
+
+function drawCounter(tk, y, h) {
+  ctx.fillStyle = '#fcfcfd';
+  ctx.fillRect(GX, y, W - GX, h);
+  const y0 = y + 4, yh = h - 8;
+  for (const p of tk.parts) {
+    const s = p[0], t = s.t, v = s.v, n = t.length;
+    if (!n) continue;
+    ctx.strokeStyle = p[1];
+    ctx.lineWidth = 1.4;
+    ctx.beginPath();
+    let i = Math.max(0, lowerBound(t, v0) - 1);
+    let started = false, lastY = 0;
+    for (; i < n; i++) {
+      const val = v[i];
+      if (!(val === val)) continue;
+      const x = X(t[i]);
+      const yy = y0 + yh - (val / tk.max) * yh;
+      if (!started) { ctx.moveTo(Math.max(GX, x), yy); started = true; } else {
+        ctx.lineTo(x, lastY); ctx.lineTo(x, yy);
+      }
+      lastY = yy;
+      if (x > W) break;
+    }
+    if (started) ctx.lineTo(Math.min(W, X(t[n - 1])), lastY);
+    ctx.stroke();
+  }
+}
+
+function drawRequest(L, y, h, st) {
+  const segs = RQ.lanes[L.req] || [];
+  const fill = [COL.waiting, COL.running, COL.preempted];
+  let lastX = -1e9;
+  for (let k = 0; k + 2 < segs.length; k += 3) {
+    if (segs[k + 2] < v0 || segs[k + 1] > v1) continue;
+    const x0 = X(segs[k + 1]);
+    if (X(segs[k + 2]) - x0 < 1 && x0 - lastX < 1) continue;
+    lastX = x0;
+    box(segs[k + 1], segs[k + 2], y + 2, h - 3, fill[segs[k]] || '#ccc');
+    st.requests++;
+  }
+  const info = RQ.info[L.req];
+  if (info && info[1] >= 0 && segs.length) {
+    const x = X(segs[segs.length - 1]);
+    if (x >= GX && x <= W) { ctx.fillStyle = '#222'; ctx.fillRect(x - 1, y + 1, 2, h - 1); }
+  }
+}
+
+function drawAxis() {
+  ctx.fillStyle = '#f3f5f8';
+  ctx.fillRect(0, 0, W, AX);
+  ctx.strokeStyle = '#cfd5dd';
+  ctx.beginPath(); ctx.moveTo(0, AX - 0.5); ctx.lineTo(W, AX - 0.5); ctx.stroke();
+  const ticks = tickList();
+  ctx.fillStyle = '#445';
+  ctx.textAlign = 'left';
+  for (const t of ticks) {
+    const x = X(t);
+    ctx.fillRect(x, AX - 6, 1, 6);
+    label(ft(t), x + 3, AX / 2 - 1, 90, '#445');
+  }
+  ctx.fillStyle = '#556';
+  label('time since the run began', 8, AX / 2 - 1, GX - 12, '#556');
+}
+function tickList() {
+  const want = Math.max(2, (W - GX) / 110);
+  const raw = (v1 - v0) / want;
+  const p = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 5, 10].map((k) => k * p).find((s) => s >= raw) || 10 * p;
+  const out = [];
+  for (let t = Math.ceil(v0 / step) * step; t <= v1 && out.length < 200; t += step) out.push(t);
+  return out;
+}
+
+function stepSpan(k) {
+  let a = Infinity, b = -Infinity;
+  const i = stepIdx.get(k);
+  if (i !== undefined) { a = stepA[i]; b = stepB[i]; }
+  for (const x of attemptsOf.get(k) || []) { a = Math.min(a, x.a); b = Math.max(b, x.b); }
+  for (const r of idle) if (r[0] <= k && k <= r[1]) { a = Math.min(a, r[2]); b = Math.max(b, r[3]); }
+  return a <= b ? [a, b] : null;
+}
+
+function draw() {
+  pending = false;
+  frames++;
+  const st = {frames: frames, marks: {}, roundTrips: 0, steps: 0, phases: 0, requests: 0, lanes: 0};
+  const seen = new Set();
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.fillStyle = '#fff';
+  ctx.fillRect(0, 0, W, H);
+  ctx.font = FONT;
+  ctx.textBaseline = 'middle';
+  ctx.save();
+  ctx.beginPath(); ctx.rect(GX, AX, W - GX, H - AX); ctx.clip();
+  ctx.fillStyle = COL.grid;
+  for (const t of tickList()) ctx.fillRect(X(t), AX, 1, H - AX);
+  if (selStep !== null) {
+    const s = stepSpan(selStep);
+    if (s) {
+      ctx.fillStyle = 'rgba(59, 130, 246, 0.10)';
+      ctx.fillRect(X(s[0]), AX, Math.max(2, X(s[1]) - X(s[0])), H - AX);
+    }
+  }
+  for (const L of LANES) {
+    const y = L.y - sy + AX;
+    if (y + L.h < AX || y > H) continue;
+    st.lanes++;
+    if (L.kind === 'steps') {
+      drawSteps(y, L.h, st);
+      drawMarks(stepMarks, y, 12, seen, false);
+    } else if (L.kind === 'sched') drawSched(y, L.h, st, seen);
+    else if (L.kind === 'rank') drawRank(L.R, y, L.h, st, seen);
+    else if (L.kind === 'counter') drawCounter(L.track, y, L.h);
+    else if (L.kind === 'req') drawRequest(L, y, L.h, st);
+    else if (L.kind === 'head') { ctx.fillStyle = '#eef1f5'; ctx.fillRect(GX, y, W - GX, L.h); }
+    ctx.fillStyle = '#e6e9ee';
+    ctx.fillRect(GX, y + L.h - 1, W - GX, 1);
+  }
+  // the losses and restarts, across every lane
+  for (const m of marks) {
+    if ((m.kind !== 'lost' && m.kind !== 'restart') || m.t < v0 || m.t > v1) continue;
+    ctx.fillStyle = m.kind === 'lost' ? 'rgba(214, 39, 40, 0.45)' : 'rgba(239, 125, 13, 0.45)';
+    ctx.fillRect(X(m.t), AX, 1, H - AX);
+  }
+  ctx.restore();
+  drawGutter();
+  drawAxis();
+  for (const i of seen) { const k = marks[i].kind; st.marks[k] = (st.marks[k] || 0) + 1; }
+  stats = st;
+}
+
+function drawGutter() {
+  ctx.fillStyle = '#f7f8fa';
+  ctx.fillRect(0, AX, GX, H - AX);
+  ctx.fillStyle = '#d5dae1';
+  ctx.fillRect(GX - 1, AX, 1, H - AX);
+  ctx.textAlign = 'left';
+  for (const L of LANES) {
+    const y = L.y - sy + AX;
+    if (y + L.h < AX || y > H) continue;
+    if (L.kind === 'head') {
+      ctx.fillStyle = '#e6eaf0';
+      ctx.fillRect(0, y, GX - 1, L.h);
+      ctx.font = 'bold ' + FONT;
+      label(L.label, 8, y + L.h / 2, W - 16, '#334');       // over the lane's empty plot too
+      ctx.font = FONT;
+    } else if (L.kind === 'rank') {
+      ctx.font = 'bold ' + FONT;
+      label(L.label, 10, y + 11, GX - 16, '#223');
+      ctx.font = FONT;
+      const pids = L.R.pids.length ? 'pid ' + L.R.pids.slice(-3).join(' \u2192 ') : '';
+      label(pids, 10, y + 24, GX - 16, '#556');
+      if (L.R.host) label('@ ' + L.R.host, 10, y + 36, GX - 16, '#556');
+    } else if (L.kind === 'counter') {
+      label(L.label, 10, y + 10, GX - 16, '#223');
+      let x = 10;
+      for (const p of L.track.parts.length > 1 ? L.track.parts : []) {
+        ctx.fillStyle = p[1];
+        ctx.fillRect(x, y + 22, 8, 8);
+        label(p[2], x + 11, y + 26, 70, '#445');
+        x += 16 + ctx.measureText(p[2]).width;
+        if (x > GX - 30) break;
+      }
+      label('max ' + fmtMax(L.track), 10, y + 39, GX - 16, '#778');
+    } else if (L.kind === 'req') {
+      const info = RQ.info[L.req];
+      const done = info && info[1] >= 0;
+      label(L.label, 14, y + L.h / 2, GX - 20, selReq === L.req ? '#1d4ed8' : done ? '#223' : '#8a5a00');
+    } else {
+      ctx.font = 'bold ' + FONT;
+      label(L.label, 10, y + L.h / 2, GX - 16, '#223');
+      ctx.font = FONT;
+    }
+    ctx.fillStyle = '#e6e9ee';
+    ctx.fillRect(0, y + L.h - 1, GX - 1, 1);
+  }
+}
+function fmtMax(tk) {
+  return tk.label === 'wire bytes' ? hb(tk.max) : String(tk.max);
+}
+
+// -- what is under the pointer ---------------------------------------------------------------
+function laneAt(y) {
+  if (y < AX) return null;
+  const yy = y - AX + sy;
+  for (const L of LANES) if (yy >= L.y && yy < L.y + L.h) return L;
+  return null;
+}
+function nearMark(list, t, tol) {
+  let best = null, bd = Infinity;
+  for (const m of list) {
+    const d = m.kind === 'rejoin-wait' ? (t >= m.t && t <= m.t + m.dur ? 0 : Infinity) : Math.abs(m.t - t);
+    if (d <= tol && d < bd) { best = m; bd = d; }
+  }
+  return best;
+}
+function markLines(m) {
+  const out = [m.kind + ' at ' + at(m.t) + (m.step >= 0 ? ', step ' + m.step : '') +
+    (m.epoch >= 0 ? ', epoch ' + m.epoch : ''), m.text];
+  if (m.dur > 0) out.push('for ' + ft(m.dur));
+  return out;
+}
+function rtLines(it) {
+  const x = it.x, r = it.rt;
+  const out = ['rank ' + r.rank + ': step ' + x.step + ', epoch ' + x.epoch,
+    'plan ' + hb(x.planBytes) + ' sent at ' + at(r.sent)];
+  if (r.back === r.back) {
+    out.push('round trip ' + ft(r.back - r.sent) + ', result ' + hb(r.bytes));
+    if (r.inside) {
+      const i = r.inside;
+      out.push('inside: decode ' + ft(i[1] - i[0]) + ', execute ' + ft(i[2] - i[1]) + ', encode ' +
+        ft(i[3] - i[2]));
+    }
+  } else out.push('no result in the log');
+  out.push('join: ' + x.verdict);
+  return out;
+}
+function nearest(a, b, maxDur, t, tol) {
+  // the span holding t (the latest to start), else the closest within tol; -1 if none
+  let best = -1, bd = Infinity;
+  for (let i = lowerBound(a, t - maxDur - tol); i < a.length && a[i] <= t + tol; i++) {
+    const d = t < a[i] ? a[i] - t : t > b[i] ? t - b[i] : 0;
+    if (d <= tol && d <= bd) { best = i; bd = d; }
+  }
+  return best;
+}
+function wireLine(x) {
+  // "epoch 0: plan 15 B x4, results 11 B each, joined", as launch prints it
+  const sizes = new Set(x.rts.filter((r) => r.bytes >= 0).map((r) => r.bytes));
+  const res = !sizes.size ? 'no result' : sizes.size === 1 && x.rts.every((r) => r.bytes >= 0)
+    ? 'result ' + hb(x.rts[0].bytes) + ' each' : 'results ' + x.rts.map((r) => hb(r.bytes)).join(' ');
+  return 'epoch ' + x.epoch + ': plan ' + hb(x.planBytes) + ' x' + x.rts.length + ', ' + res + ', ' +
+    x.verdict;
+}
+function hit(x, y) {
+  const L = laneAt(y);
+  if (!L) return null;
+  if (x < GX) {
+    if (L.kind === 'req') return {lines: requestLines(L.req), req: L.req};
+    if (L.kind === 'rank') {
+      return {lines: [L.label, L.R.pids.length ? 'processes: pid ' + L.R.pids.join(', ') : '',
+        L.R.host ? 'host ' + L.R.host : 'on the scheduler\'s host'].filter(Boolean)};
+    }
+    return null;
+  }
+  const t = T(x), tol = 4 * (v1 - v0) / (W - GX);
+  const ly = y - (L.y - sy + AX);
+  if (L.kind === 'steps') {
+    const m = ly < 14 ? nearMark(stepMarks, t, tol) : null;
+    if (m) return {lines: markLines(m), mark: m, step: m.step >= 0 ? m.step : null};
+    for (let j = lowerBound(failedA, t - failedMax) ; j < failed.length && failedA[j] <= t + tol; j++) {
+      const f = failed[j];
+      if (ly > L.h / 2 && t >= f.a - tol && t <= f.b + tol) {
+        return {lines: ['step ' + f.step + ', epoch ' + f.epoch + ': ' + f.verdict], step: f.step};
+      }
+    }
+    const i = nearest(stepA, stepB, stepMax, t, tol);
+    if (i >= 0) {
+      return {lines: ['step ' + ST.step[i] + ' (epoch ' + ST.epoch[i] + '), ' + ft(stepB[i] - stepA[i]),
+        ST.line[i] || 'nothing happened'].concat((attemptsOf.get(ST.step[i]) || []).map(wireLine)),
+        step: ST.step[i]};
+    }
+    for (const r of idle) {
+      if (t >= r[2] && t <= r[3]) {
+        return {lines: ['steps ' + r[0] + '-' + r[1] + ': idle', 'empty plans, answered by the scheduler: ' +
+          'no round trip'], step: r[0]};
+      }
+    }
+    return null;
+  }
+  if (L.kind === 'sched') {
+    const m = nearMark(schedMarks, t, tol);
+    if (m) return {lines: markLines(m), mark: m};
+    let best = null;
+    for (let i = lowerBound(phaseA, t - phaseMax); i < phases.length && phaseA[i] <= t + tol; i++) {
+      const r = phases[i];
+      if (t >= r[2] - tol && t <= r[2] + r[3] + tol) best = r;
+    }
+    if (best) {
+      return {lines: [PHASE[best[0]] + ' of step ' + best[1], ft(best[3]) + ' from ' + at(best[2])],
+        step: best[1] >= 0 ? best[1] : null};
+    }
+    if (D.startup && t >= D.startup[0] && t <= D.startup[1]) {
+      return {lines: ['start-up: ' + ft(D.startup[1] - D.startup[0]), 'from the run\'s start to its first ' +
+        'plan: the ranks are started and join (HELLO, CONFIG, READY)']};
+    }
+    return null;
+  }
+  if (L.kind === 'rank') {
+    const Rk = L.R;
+    const m = nearMark(Rk.marks.concat(Rk.waits), t, tol);
+    if (m) return {lines: markLines(m), mark: m, step: m.step >= 0 ? m.step : null};
+    if (ly < 14) {
+      for (const b of Rk.bands) {
+        if (t >= b.a && t <= b.b) {
+          return {lines: [L.label + ': pid ' + b.pid + ', epoch ' + b.epoch, b.host ? 'host ' + b.host
+            : 'on the scheduler\'s host', 'from ' + at(b.a) + ' to ' + at(b.b)]};
+        }
+      }
+    }
+    const j = nearest(Rk.st, Rk.en, Rk.maxDur, t, tol);
+    if (j >= 0) return {lines: rtLines(Rk.list[j]), step: Rk.list[j].x.step};
+    for (const s of Rk.audits) {
+      if (t >= s.a - tol && t <= s.b + tol) {
+        return {lines: ['audit at step ' + s.step + ': ' + L.label + ' sent its shard, ' + hb(s.bytes),
+          ft(s.b - s.a) + ' from ' + at(s.a)], step: s.step};
+      }
+    }
+    for (const s of Rk.hands) {
+      if (t >= s.a - tol && t <= s.b + tol) {
+        return {lines: [L.label + ' joined: HELLO to READY in ' + ft(s.b - s.a), 'from ' + at(s.a)]};
+      }
+    }
+    return null;
+  }
+  if (L.kind === 'counter') {
+    const out = [L.label + ' at ' + at(t)];
+    for (const p of L.track.parts) {
+      const i = lowerBound(p[0].t, t + 1e-9) - 1;
+      const val = i >= 0 ? p[0].v[i] : NaN;
+      out.push(p[2] + ': ' + (val === val ? (L.label === 'wire bytes' ? hb(val) : val) : '-'));
+    }
+    return {lines: out};
+  }
+  if (L.kind === 'req') {
+    const segs = RQ.lanes[L.req] || [];
+    const NAMES = ['waiting', 'running', 'preempted'];
+    for (let k = 0; k + 2 < segs.length; k += 3) {
+      if (t >= segs[k + 1] - tol && t <= segs[k + 2] + tol) {
+        return {lines: [L.label + ': ' + NAMES[segs[k]] + ' for ' + ft(segs[k + 2] - segs[k + 1]),
+          'from ' + at(segs[k + 1])].concat(requestLines(L.req).slice(1)), req: L.req};
+      }
+    }
+    return {lines: requestLines(L.req), req: L.req};
+  }
+  return null;
+}
+function requestLines(i) {
+  const info = RQ.info[i] || [-1, -1, '', 0, 0];
+  return ['request ' + RQ.ids[i], 'admitted at step ' + info[0] + ', ran in ' + info[3] + ' step(s)' +
+    (info[4] ? ', preempted ' + info[4] + ' time(s)' : ''),
+    info[1] >= 0 ? 'finished at step ' + info[1] + (info[2] ? ' (' + info[2] + ')' : '') : 'not finished'];
+}
+
+// -- the detail panel --------------------------------------------------------------------------
+const P = $('detail');
+function table(parent, head, rows, numeric) {
+  const t = add(parent, 'table');
+  const hr = add(add(t, 'thead'), 'tr');
+  head.forEach((h, i) => add(hr, 'th', numeric.has(i) ? 'n' : '', h));
+  const body = add(t, 'tbody');
+  for (const r of rows) {
+    const tr = add(body, 'tr');
+    r.cells.forEach((v, i) => add(tr, 'td', numeric.has(i) ? 'n' : '', v));
+    if (r.rest !== undefined) {
+      const td = add(tr, 'td', '', r.rest);
+      td.colSpan = Math.max(1, head.length - r.cells.length);
+    }
+  }
+  return t;
+}
+function decodeText(v) {
+  return v === true ? 'yes' : v === false ? 'no' : vt(v);
+}
+function planTable(plan) {
+  const rows = plan.map((row, j) => (Array.isArray(row)
+    ? {cells: [j, vt(row[0]), vt(row[1]), vt(row[2]), vt(row[3]), decodeText(row[4]), vt(row[5]),
+      vt(row[6])].concat(row.length > 7 ? [vt(row[7])] : [])}
+    : {cells: [j], rest: vt(row)}));
+  const head = ['item', 'request', 'start', 'tokens', 'draft', 'decode', 'verdict', 'pages'];
+  if (plan.some((r) => Array.isArray(r) && r.length > 7)) head.push('more');
+  return table(P, head, rows, new Set([0, 2, 3, 4, 6]));
+}
+function resultTables(x) {
+  const rts = x.rts.slice().sort((p, q) => p.rank - q.rank);
+  table(P, ['rank', 'sent', 'round trip', 'decode', 'execute', 'encode'], rts.map((r) => {
+    const ins = r.inside;
+    return {cells: [r.rank, at(r.sent), r.back === r.back ? ft(r.back - r.sent) : 'no answer',
+      ins ? ft(ins[1] - ins[0]) : '-', ins ? ft(ins[2] - ins[1]) : '-', ins ? ft(ins[3] - ins[2]) : '-']};
+  }), new Set([0, 1, 2, 3, 4, 5]));
+  const rows = [];
+  const first = rts.find((r) => r.result >= 0);
+  for (const r of rts) {
+    if (!(r.back === r.back)) { rows.push({cells: [r.rank, '-'], rest: 'no result in the log'}); continue; }
+    if (r.result < 0) {
+      rows.push({cells: [r.rank, hb(r.bytes)], rest: 'result not kept (page size)'});
+      continue;
+    }
+    if (first && r !== first && r.result === first.result) {
+      rows.push({cells: [r.rank, hb(r.bytes)], rest: 'same as rank ' + first.rank});
+      continue;
+    }
+    const body = (D.results || [])[r.result];
+    if (typeof body === 'string') { rows.push({cells: [r.rank, hb(r.bytes)], rest: body}); continue; }
+    if (!body || !body.length) { rows.push({cells: [r.rank, hb(r.bytes)], rest: 'no outcomes'}); continue; }
+    body.forEach((o, j) => {
+      const lead = j ? ['', ''] : [r.rank, hb(r.bytes)];
+      if (Array.isArray(o)) rows.push({cells: lead.concat([0, 1, 2, 3, 4].map((c) => vt(o[c])))});
+      else rows.push({cells: lead, rest: vt(o)});
+    });
+  }
+  if (!rows.length) { add(P, 'div', 'sub', 'results: none in the log'); return; }
+  table(P, ['rank', 'bytes', 'request', 'start', 'ran', 'accepted', 'writes'], rows,
+    new Set([0, 1, 3, 4, 5]));
+}
+function eventLine(m) {
+  const d = add(P, 'div', 'ev ' + (m.kind === 'lost' || m.kind.indexOf('fail') >= 0 ? 'bad' : ''), '');
+  const bang = m.kind === 'lost' || m.kind === 'step-failed' ? '! ' : '';
+  d.textContent = bang + m.text + '  (' + at(m.t) + ')';
+}
+function showStep(k) {
+  selStep = k; selReq = null;
+  P.replaceChildren();
+  P.dataset.step = String(k);
+  add(P, 'h2', '', 'step ' + k);
+  const i = stepIdx.get(k);
+  if (i !== undefined) {
+    add(P, 'div', 'line mono', ST.line[i] || '(nothing happened)');
+    add(P, 'div', 'sub', 'committed in epoch ' + ST.epoch[i] + ': ' + at(stepA[i]) + ' to ' + at(stepB[i]) +
+      ' (' + ft(stepB[i] - stepA[i]) + ')');
+    const names = Object.keys(C);
+    if (names.length) {
+      const rows = [];
+      for (let j = 0; j < names.length; j += 2) {
+        const cell = (n) => (n ? [n.replace(/_/g, ' '), vt(C[n][i])] : ['', '']);
+        rows.push({cells: cell(names[j]).concat(cell(names[j + 1]))});
+      }
+      table(P, ['counter', '', 'counter', ''], rows, new Set([1, 3]));
+    }
+  }
+  for (const r of idle) {
+    if (r[0] <= k && k <= r[1]) {
+      add(P, 'div', 'sub', 'idle: steps ' + r[0] + '-' + r[1] + ', empty plans answered by the scheduler: ' +
+        'no round trip');
+    }
+  }
+  const list = attemptsOf.get(k) || [];
+  const shown = new Set();
+  for (const x of list) {
+    const plan = x.plan >= 0 ? (D.plans || [])[x.plan] : null;
+    const n = Array.isArray(plan) ? plan.length : '?';
+    add(P, 'h3', '', 'step ' + k + ', epoch ' + x.epoch + ': plan of ' + n + ' item' + (n === 1 ? '' : 's') +
+      ', ' + hb(x.planBytes) + ' to ' + ranksText(x.rts.map((r) => r.rank).sort((p, q) => p - q)));
+    if (plan === null || plan === undefined) {
+      add(P, 'div', 'sub', 'plan not kept (the page bounds its size): inferris-dist inspect WIRELOG --step ' +
+        k + ' prints it');
+    } else if (typeof plan === 'string') add(P, 'div', 'mono', plan);
+    else planTable(plan);
+    resultTables(x);
+    add(P, 'div', 'join ' + (x.ok ? 'ok' : 'bad'), 'join: ' + x.verdict);
+    for (const m of marks) {
+      if (m.step === k && m.epoch === x.epoch && !shown.has(m.i)) { shown.add(m.i); eventLine(m); }
+    }
+  }
+  const rest = marks.filter((m) => m.step === k && !shown.has(m.i));
+  if (rest.length) {
+    add(P, 'h3', '', 'events at step ' + k);
+    rest.forEach(eventLine);
+  }
+  if (!list.length && i === undefined && !idle.some((r) => r[0] <= k && k <= r[1])) {
+    add(P, 'div', 'sub', 'no step ' + k + ' in the log');
+  }
+  add(P, 'div', 'sub', 'the same as `inferris-dist inspect WIRELOG --step ' + k + '` prints');
+  dirty();
+}
+function showRequest(i) {
+  selReq = i; selStep = null;
+  P.replaceChildren();
+  delete P.dataset.step;
+  const lines = requestLines(i);
+  add(P, 'h2', '', lines[0]);
+  lines.slice(1).forEach((l) => add(P, 'div', '', l));
+  const segs = RQ.lanes[i] || [];
+  const NAMES = ['waiting', 'running', 'preempted'];
+  const rows = [];
+  for (let k = 0; k + 2 < segs.length && rows.length < 400; k += 3) {
+    rows.push({cells: [NAMES[segs[k]] || '?', at(segs[k + 1]), ft(segs[k + 2] - segs[k + 1])]});
+  }
+  table(P, ['state', 'from', 'for'], rows, new Set([1, 2]));
+  dirty();
+}
+function showMark(m) {
+  P.replaceChildren();
+  delete P.dataset.step;
+  add(P, 'h2', '', m.kind);
+  markLines(m).forEach((l) => add(P, 'div', '', l));
+  if (m.ranks.length) add(P, 'div', 'sub', ranksText(m.ranks));
+  if (m.step >= 0) {
+    const b = add(P, 'button', '', 'show step ' + m.step);
+    b.type = 'button';
+    b.addEventListener('click', () => showStep(m.step));
+  }
+}
+function showRun() {
+  P.replaceChildren();
+  add(P, 'h2', '', 'the run');
+  const M = D.meta || {};
+  const rows = [];
+  const put = (k, v) => {
+    if (v !== '' && v !== null && v !== undefined) rows.push({cells: [k, String(v)]});
+  };
+  put('workload', M.name);
+  put('world size', M.world_size);
+  put('rung', M.rung);
+  put('on rank loss', M.policy);
+  put('faults', (M.faults || []).join(' '));
+  for (const k of Object.keys(M.config || {})) put(k.replace(/_/g, ' '), vt(M.config[k]));
+  put('requests', M.requests);
+  put('scheduler pid', M.scheduler_pid);
+  put('address', M.address);
+  put('clocks', M.shared_clock === true ? 'one host: one monotonic clock'
+    : M.shared_clock === false ? 'ranks elsewhere: each placed by its fastest round trip' : '');
+  put('status', M.status);
+  put('error', M.error);
+  put('messages', M.messages + ' (' + hb(M.bytes_out) + ' out, ' + hb(M.bytes_in) + ' in)');
+  put('steps', nSteps + ' committed, ' + attempts.length + ' attempts (' + failed.length + ' failed)');
+  for (const o of M.offsets || []) put('clock of rank ' + o[0] + ' (pid ' + o[1] + ')', o[2] + ' \u00b5s');
+  table(P, ['', ''], rows, new Set()).className = 'wrap';
+  add(P, 'div', 'sub', 'Click a step (the top lane, a round trip or a phase) for its plan item by item, ' +
+    'every rank\'s result and the join; a request\'s lane for its story; a mark for what happened.');
+}
+
+// -- the header ------------------------------------------------------------------------------
+function header() {
+  const M = D.meta || {};
+  document.title = D.title || document.title;
+  $('title').textContent = D.title || '';
+  const run = $('run');
+  const parts = [];
+  if (M.name) parts.push(M.name);
+  parts.push(ranks.length + ' rank' + (ranks.length === 1 ? '' : 's'));
+  if (M.rung) parts.push('rung ' + M.rung);
+  if (M.policy) parts.push('on rank loss: ' + M.policy);
+  if (M.faults && M.faults.length) parts.push('faults ' + M.faults.join(' '));
+  if (M.requests !== null && M.requests !== undefined) parts.push(M.requests + ' requests');
+  parts.push(nSteps + ' steps committed in ' + attempts.length + ' attempts');
+  const lost = markCount.lost || 0, restarts = markCount.restart || 0;
+  if (lost || restarts) parts.push(lost + ' loss' + (lost === 1 ? '' : 'es') + ', ' + restarts + ' restart' +
+    (restarts === 1 ? '' : 's'));
+  add(run, 'span', '', parts.join(' \u00b7 '));
+  if (M.status) {
+    add(run, 'span', '', ' \u00b7 ');
+    const said = 'status ' + M.status + (M.error ? ': ' + M.error : '');
+    add(run, 'span', M.status === 'ok' ? 'ok' : 'bad', said);
+  }
+  const notes = $('notes');
+  for (const n of D.notes || []) add(notes, 'div', 'note', n);
+  const lg = $('legend');
+  const items = [['prepare', COL.prepare], ['execute', COL.execute], ['commit', COL.commit],
+    ['recover', COL.recover], ['round trip', COL.rt], ['failed', COL.rtFail], ['rank decode', COL.decode],
+    ['rank execute', COL.exec], ['rank encode', COL.encode], ['audit', COL.audit], ['join', COL.hand],
+    ['rejoin wait', COL.wait], ['lost', COL.lost], ['restart', COL.restart], ['waiting', COL.waiting],
+    ['running', COL.running], ['preempted', COL.preempted]];
+  for (const it of items) {
+    const sw = add(lg, 'span', 'sw', '');
+    sw.style.background = it[1];
+    add(lg, 'span', '', it[0]);
+  }
+}
+
+// -- input -----------------------------------------------------------------------------------
+const tip = $('tip');
+let drag = null;
+function showTip(h, cx, cy) {
+  if (!h || !h.lines || !h.lines.length) { tip.style.display = 'none'; return; }
+  tip.replaceChildren();
+  h.lines.forEach((l, j) => add(tip, j ? 'div' : 'b', '', l));
+  tip.style.display = 'block';
+  const r = tip.getBoundingClientRect();
+  let x = cx + 14, y = cy + 14;
+  if (x + r.width > window.innerWidth - 4) x = Math.max(4, cx - r.width - 10);
+  if (y + r.height > window.innerHeight - 4) y = Math.max(4, cy - r.height - 10);
+  tip.style.left = x + 'px';
+  tip.style.top = y + 'px';
+}
+function local(e) {
+  const r = cv.getBoundingClientRect();
+  return [e.clientX - r.left, e.clientY - r.top];
+}
+cv.addEventListener('wheel', (e) => {
+  e.preventDefault();
+  const p = local(e);
+  const dy = e.deltaMode === 1 ? e.deltaY * 16 : e.deltaY;
+  const dx = e.deltaMode === 1 ? e.deltaX * 16 : e.deltaX;
+  if (e.shiftKey || p[0] < GX) { sy += dy || dx; clampY(); dirty(); } else if (Math.abs(dx) > Math.abs(dy)) {
+    pan(dx);
+  } else zoom(Math.exp(dy * 0.002), p[0]);
+}, {passive: false});
+cv.addEventListener('mousedown', (e) => {
+  if (e.button !== 0) return;
+  const p = local(e);
+  drag = {x: p[0], y: p[1], v0: v0, v1: v1, sy: sy, moved: false};
+  cv.classList.add('dragging');
+});
+window.addEventListener('mousemove', (e) => {
+  const p = local(e);
+  if (drag) {
+    const dx = p[0] - drag.x, dy = p[1] - drag.y;
+    if (Math.abs(dx) + Math.abs(dy) > 3) drag.moved = true;
+    if (drag.moved) {
+      const d = dx * (drag.v1 - drag.v0) / (W - GX);
+      v0 = drag.v0 - d; v1 = drag.v1 - d; clampX();
+      sy = drag.sy - dy; clampY();
+      tip.style.display = 'none';
+      dirty();
+    }
+    return;
+  }
+  if (e.target !== cv) { tip.style.display = 'none'; return; }
+  showTip(hit(p[0], p[1]), e.clientX, e.clientY);
+});
+window.addEventListener('mouseup', (e) => {
+  if (!drag) return;
+  const d = drag;
+  drag = null;
+  cv.classList.remove('dragging');
+  if (d.moved) return;
+  const p = local(e);
+  click(p[0], p[1]);
+});
+cv.addEventListener('mouseleave', () => { if (!drag) tip.style.display = 'none'; });
+function click(x, y) {
+  const h = hit(x, y);
+  if (!h) return;
+  if (h.step !== undefined && h.step !== null) showStep(h.step);
+  else if (h.req !== undefined) showRequest(h.req);
+  else if (h.mark) showMark(h.mark);
+}
+function stepBy(d) {
+  if (!stepList.length) return;
+  let j;
+  if (selStep === null) j = d > 0 ? 0 : stepList.length - 1;
+  else {
+    const i = lowerBound(stepList, selStep);
+    j = stepList[i] === selStep ? i + d : d > 0 ? i : i - 1;
+  }
+  j = Math.max(0, Math.min(stepList.length - 1, j));
+  showStep(stepList[j]);
+  reveal(stepList[j]);
+}
+function reveal(k) {
+  const s = stepSpan(k);
+  if (!s) return;
+  if (s[0] < v0 || s[1] > v1) {
+    const w = Math.max(v1 - v0, (s[1] - s[0]) * 1.2);
+    const c = (s[0] + s[1]) / 2;
+    v0 = c - w / 2; v1 = c + w / 2; clampX(); dirty();
+  }
+}
+function focusStep(k) {
+  const s = stepSpan(k);
+  if (!s) return false;
+  const w = Math.max(20, (s[1] - s[0]) * 6);
+  const c = (s[0] + s[1]) / 2;
+  v0 = c - w / 2; v1 = c + w / 2; clampX(); draw();
+  return true;
+}
+$('zin').addEventListener('click', () => zoom(0.5));
+$('zout').addEventListener('click', () => zoom(2));
+$('fit').addEventListener('click', fit);
+$('prev').addEventListener('click', () => stepBy(-1));
+$('next').addEventListener('click', () => stepBy(1));
+$('goto').addEventListener('keydown', (e) => {
+  if (e.key !== 'Enter') return;
+  const k = parseInt(e.target.value, 10);
+  if (Number.isInteger(k)) { showStep(k); reveal(k); }
+});
+document.addEventListener('keydown', (e) => {
+  if (e.target && e.target.tagName === 'INPUT') return;
+  const k = e.key;
+  if (k === '+' || k === '=' || k === 'w') zoom(0.7);
+  else if (k === '-' || k === 's') zoom(1 / 0.7);
+  else if (k === '0' || k === 'f') fit();
+  else if (k === 'ArrowLeft' || k === 'a') pan(-80);
+  else if (k === 'ArrowRight' || k === 'd') pan(80);
+  else if (k === 'ArrowUp' || k === 'ArrowDown') { sy += k === 'ArrowUp' ? -40 : 40; clampY(); dirty(); }
+  else if (k === '[') stepBy(-1);
+  else if (k === ']') stepBy(1);
+  else return;
+  e.preventDefault();
+});
+if (window.ResizeObserver) new ResizeObserver(resize).observe(plot);
+window.addEventListener('resize', resize);
+
+// -- what a test (or a curious engineer) may read ----------------------------------------------
+function stepPoint(k) {
+  const s = stepSpan(k);
+  const L = LANES[0];
+  if (!s) return null;
+  // With overlap scheduling the next step's plan goes out before this one commits: a point
+  // over both is the later step's (the latest to start), so aim before the next one starts.
+  const after = stepList[stepList.indexOf(k) + 1];
+  const next = after === undefined ? null : stepSpan(after);
+  const end = next && next[0] > s[0] ? Math.min(s[1], next[0]) : s[1];
+  const a = Math.max(X(s[0]), GX), b = Math.min(X(end), W);
+  if (b < a) return null;
+  const r = cv.getBoundingClientRect();
+  const i = stepIdx.get(k);
+  // A committed step's band, below its marks (a loss, a restart: hit first in the top 14 px)
+  // and above its failed attempts (the lower half): a point that is the step and nothing else.
+  const yy = L.y - sy + AX + (i !== undefined ? 14 : L.h - 8);
+  return {x: r.left + (a + b) / 2, y: r.top + yy};
+}
+window.inferrisPage = Object.freeze({
+  version: 1,
+  ranks: ranks.slice(),
+  rankLanes: R.length,
+  steps: nSteps,
+  stepNumbers: stepList.slice(),
+  attempts: attempts.length,
+  failedAttempts: failed.length,
+  marks: Object.freeze(Object.assign({}, markCount)),
+  requestLanes: RQ.ids.length,
+  requests: RQ.total,
+  counterTracks: TRACKS.map((t) => t.label),
+  lanes: () => LANES.map((L) => ({kind: L.kind, label: L.label, y: L.y, h: L.h})),
+  notes: (D.notes || []).slice(),
+  get drawn() { return JSON.parse(JSON.stringify(stats)); },
+  get frames() { return frames; },
+  get selected() { return selStep; },
+  get view() { return [v0, v1, sy]; },
+  stepPoint: stepPoint,
+  focusStep: focusStep,
+  fit: () => { fit(); draw(); },
+  setView: (a, b) => { v0 = a; v1 = b; clampX(); draw(); },
+});
+
+header();
+showRun();
+fit();
+resize();
+document.body.dataset.ready = '1';
+})();
