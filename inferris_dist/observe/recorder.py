@@ -105,10 +105,25 @@ class Recorder:
     # -- messages ------------------------------------------------------------------------
 
     def sent(self, rank: int, epoch: int, step: int, kind: MsgType, header_bytes: int, body_bytes: int,
-             body: Any) -> None:
+             body: Any, link: str | None = None) -> None:
+        """A message sent to `rank` (`link`: what a link fault did to it on its way)."""
         self.totals[rank].bytes_sent += header_bytes + body_bytes
         if self.log is not None:
-            self.log.message("out", rank, epoch, step, kind.name, body_bytes, body)
+            if link is None:
+                self.log.message("out", rank, epoch, step, kind.name, body_bytes, body)
+            else:
+                self.log.message("out", rank, epoch, step, kind.name, body_bytes, body, link=link)
+
+    def link_in(self, rank: int, header: wire.Header, body: bytes, what: str) -> None:
+        """A message from `rank` a link fault acted on before the scheduler read it: lost, or
+        delayed (it is read, and logged again, when the link delivers it)."""
+        if self.log is not None:
+            self.log.message("in", rank, header.epoch, header.step, header.type.name, len(body),
+                             for_log(header.type, body), link=what)
+
+    def partition(self, rank: int, step: int, epoch: int, seconds: float) -> None:
+        if self.log is not None:
+            self.log.event("partition", rank=rank, step=step, epoch=epoch, seconds=seconds)
 
     def received(self, rank: int, epoch: int, step: int, kind: MsgType, body_bytes: int, body: Any) -> None:
         """A message that is no reply to a round (a HELLO, a READY): logged as it came."""
@@ -181,6 +196,15 @@ class Recorder:
         """Something worth saying (a drop, a refusal): with the attempt gathered last, and logged."""
         if self.last_record is not None:
             self.last_record.notes.append(text)
+        if self.log is not None:
+            self.log.event("note", rank=rank, epoch=epoch, text=text)
+
+    def link_note(self, record: StepRecord | None, rank: int, epoch: int, text: str) -> None:
+        """What a link fault did, said with the attempt it did it to (`record`; None: the attempt
+        gathered last) and logged as a note."""
+        record = record if record is not None else self.last_record
+        if record is not None:
+            record.notes.append(text)
         if self.log is not None:
             self.log.event("note", rank=rank, epoch=epoch, text=text)
 

@@ -47,6 +47,7 @@ from inferris_dist.protocol.wire import MsgType
 from inferris_dist.scheduler.channel import Flight, RankChannel, lost_verdict
 from inferris_dist.scheduler.gate import DESCRIPTORS_PER_RANK, raise_descriptor_limit
 from inferris_dist.scheduler.handshake import Admission
+from inferris_dist.scheduler.link import Link
 from inferris_dist.scheduler.members import External, Spawned
 from inferris_dist.scheduler.options import LaunchOptions
 
@@ -69,13 +70,14 @@ class ProcessGroup:
         if recorder is None:
             recorder = Recorder(self.world_size, None, options.timeline, shared_clock=options.listen is None)
         self.recorder = recorder
-        self.channel = RankChannel(self.world_size, options.step_timeout, recorder,
-                                   spin_s=spin_seconds(options.spin_us, self.world_size))
         check_fits(workload)
         self.max_frame = frame_cap(workload)
         self.num_pages, self.page_size = cfg.num_pages, cfg.page_size
         self.accept_scripts = accept_scripts(workload)
         self.faults = parse_faults(options.faults, self.world_size, workload.faults)
+        self.channel = RankChannel(self.world_size, options.step_timeout, recorder,
+                                   spin_s=spin_seconds(options.spin_us, self.world_size),
+                                   link=Link(self.faults))
         self.unfired = list(self.faults)   # faults whose step no plan has reached yet
         self.last_planned: int | None = None   # the step of the last plan sent
         self.keys = ServerKeys.load(options.keys, self.world_size) if options.keys is not None else None
@@ -222,7 +224,7 @@ class ProcessGroup:
         if self.last_planned is not None and (answered is None or rank in answered):
             step = max(step, self.last_planned)
         faults = [f.text for f in self.faults
-                  if f.applies_to(rank) and (f.repeat or f.step > step)]
+                  if not f.on_link and f.applies_to(rank) and (f.repeat or f.step > step)]
         return wire.Config(self.num_pages, self.page_size, self.accept_scripts, shard, faults,
                            tuple(self.options.exec_cost))
 
