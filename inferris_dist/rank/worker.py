@@ -247,6 +247,9 @@ class Worker:
         general way, through items and outcomes, so the faults can act around it."""
         firing = self.faults.firing(plan.step)
         if firing:
+            once = tuple(f.text for f in firing.values() if not f.repeat)
+            if once:           # said first: a fault that kills the rank must not fire again elsewhere
+                self.send(MsgType.FIRED, plan.step, wire.encode_body(MsgType.FIRED, once))
             self.faults.before(firing, self)
         pages = plan.pages
         if pages and max(pages) >= self.num_pages:

@@ -99,10 +99,11 @@ class Flight:
     sent_at: dict = field(default_factory=dict)   # rank -> when it was sent (the record's `sent`)
     got: dict = field(default_factory=dict)       # rank -> (header, body bytes), as they came
     failure: RankLost | None = None       # sending it lost a rank: raised when it is collected
-    answered: frozenset | None = None     # failed on the wire: the ranks that had answered
     logged: bool = False                  # its replies are in the wire log
 
 
+FIRED_HEAD = bytes([0x96, wire.PROTOCOL_VERSION, int(MsgType.FIRED)])   # how a FIRED's header begins
+MAX_FIRED_KEPT = 1024     # fault texts kept per rank (a run's faults for it, generously)
 LINK_DONE = object()      # a message's "meta": handed over by the link, which acted on it already
 
 
@@ -138,6 +139,7 @@ class RankChannel:
         self._answered: dict[int, tuple] = {}   # rank -> (epoch, step, kind) last joined
         self._dead: set[int] = set()                      # ranks whose process or connection ended
         self.in_flight: dict[int, Flight] = {}   # step -> its plan's flight, sent, replies not read yet
+        self.fired: dict[int, set[str]] = {}     # rank -> its one-shot faults a member said fired
         self._poller = zmq.Poller()
 
     # -- the socket --------------------------------------------------------------------
@@ -252,7 +254,7 @@ class RankChannel:
         """Send `flight` (again: restore, in a new epoch), as attempt `record`."""
         ahead = bool(self.in_flight)
         flight.record, flight.epoch, flight.got = record, self.epoch, {}
-        flight.failure, flight.answered, flight.logged = None, None, False
+        flight.failure, flight.logged = None, False
         flight.sent_at = sent_at = record.sent if record is not None else {}
         if record is not None:
             record.plan_bytes = len(flight.encoded)
@@ -503,7 +505,8 @@ class RankChannel:
             self._monitor_events()
         if self.sock in events:
             while (message := self._recv()) is not None:
-                messages.append(message)
+                if not self._fired(message[0]):
+                    messages.append(message)
         if self.link.active:
             messages += self._link_due()
         for rank, fd in self.sentinels.items():
@@ -511,6 +514,31 @@ class RankChannel:
                 self._dead.add(rank)
                 self._poller.unregister(fd)
         return sorted(r for r in self._dead if r in self.members or r in self.sentinels), messages
+
+    def _fired(self, frames: list[bytes]) -> bool:
+        """A FIRED from a member (or one retired since: a worker says it just before a fault
+        kills it) is kept, whenever it comes: those faults are spent, and no replacement gets
+        them. Peeked at by its header's first bytes (a fixarray of six, the version, the type):
+        the other messages pay a slice and a compare."""
+        if len(frames) != 3 or frames[1][:3] != FIRED_HEAD:
+            return False
+        rank = self.rank_of.get(frames[0])
+        if rank is None and frames[0] in self.retired:
+            rank = self.retired[frames[0]][0]
+        if rank is None:
+            return False
+        try:
+            header = wire.decode_header(frames[1])
+            texts = wire.decode_body(MsgType.FIRED, frames[2])
+        except wire.WireError:
+            return False                  # not one after all: read as any other message
+        if header.rank != rank:
+            return False
+        spent = self.fired.setdefault(rank, set())
+        if len(spent) < MAX_FIRED_KEPT:
+            spent.update(texts)
+        self.recorder.received(rank, header.epoch, header.step, MsgType.FIRED, len(frames[2]), list(texts))
+        return True
 
     def _recv(self) -> tuple[list[bytes], Meta | None] | None:
         """One whole message; a non-member's comes with what the transport knows of its sender."""

@@ -185,14 +185,13 @@ class ProcessGroup:
             return f"{self.options.bind}:0"
         return f"ipc://{socket_path(self.log_dir, 's', MAX_IPC_PATH)}"
 
-    def _admit(self, ranks: Sequence[int], shard: list, step: int,
-               answered: frozenset | None = None) -> list[int]:
+    def _admit(self, ranks: Sequence[int], shard: list, step: int) -> list[int]:
         """Admit members for `ranks`; during a restart (step >= 0) a member of another rank
         lost while we wait is replaced in the same window. Returns every rank admitted."""
         timeout, never_came = self.members.start(ranks)
         also_lost = self._also_lost if step >= 0 else None
         admission = Admission(self.channel, ranks, self.members,
-                              lambda rank: self._config(rank, shard, step, answered), step, timeout,
+                              lambda rank: self._config(rank, shard, step), step, timeout,
                               never_came, also_lost)
         started = time.monotonic()
         joined = False
@@ -216,15 +215,14 @@ class ProcessGroup:
             self.members.retire([rank])
         self.members.start([rank])
 
-    def _config(self, rank: int, shard: list, step: int, answered: frozenset | None) -> wire.Config:
-        # One-shots fire once. With overlap scheduling the plan after the failed step went out
-        # too: a member that answered the failed step (`answered`: None when every rank did)
-        # went on to the next plan (its fault there fired: it may be what failed), one that
-        # did not never reached it.
-        if self.last_planned is not None and (answered is None or rank in answered):
-            step = max(step, self.last_planned)
+    def _config(self, rank: int, shard: list, step: int) -> wire.Config:
+        # One-shots fire once in the run: a new member gets those of its rank not yet fired (a
+        # member says FIRED before it acts one out, even one that kills it) from `step` on;
+        # repeating ones always. The link's faults are the link's, never a member's.
+        fired = self.channel.fired.get(rank, ())
         faults = [f.text for f in self.faults
-                  if not f.on_link and f.applies_to(rank) and (f.repeat or f.step > step)]
+                  if not f.on_link and f.applies_to(rank)
+                  and (f.repeat or (f.step >= step and f.text not in fired))]
         return wire.Config(self.num_pages, self.page_size, self.accept_scripts, shard, faults,
                            tuple(self.options.exec_cost))
 
@@ -255,22 +253,21 @@ class ProcessGroup:
         """Ranks known to be gone (process exited or connection closed)."""
         return self.channel.dead_ranks | self.members.dead()
 
-    def restart(self, ranks: Sequence[int], shard: list, step: int, policy: str = "",
-                answered: frozenset | None = None) -> tuple[list[int], list[int]]:
+    def restart(self, ranks: Sequence[int], shard: list, step: int, policy: str = ""
+                ) -> tuple[list[int], list[int]]:
         """Replace the members of `ranks` with new ones in a new epoch; returns their pids.
 
         Spawned workers are killed and started afresh; members we did not start are
         told to exit and we wait for replacements to join. Each new member starts
         from `shard` (a snapshot of the control plane's pool, or [] for an empty
-        shard) and gets the faults not yet spent (`answered`: who answered the step
-        that failed on the wire). A member of another rank lost meanwhile is replaced
-        too; returns the ranks replaced and their new pids.
+        shard) and gets the faults not yet spent. A member of another rank lost
+        meanwhile is replaced too; returns the ranks replaced and their new pids.
         """
         self.channel.next_epoch()
         with _interrupts_held():
             self.members.retire(ranks)
         self.recorder.restart(list(ranks), self.epoch, step, len(shard), policy)
-        ranks = self._admit(ranks, shard, step, answered)
+        ranks = self._admit(ranks, shard, step)
         return ranks, [self.channel.members[r].pid for r in ranks]
 
     # -- the seam ----------------------------------------------------------------------
@@ -302,11 +299,7 @@ class ProcessGroup:
         try:
             if flight.failure is not None:
                 raise flight.failure
-            try:
-                got = self.channel.receive_round(flight)
-            except RankLost:
-                flight.answered = frozenset(flight.got)     # who answered the step that failed
-                raise
+            got = self.channel.receive_round(flight)
             results = [RankExecutionResult(got[r].header.rank, got[r].header.world_size,
                                            got[r].header.step, got[r].body) for r in range(self.world_size)]
             try:
