@@ -250,8 +250,10 @@ class Recorder:
     def step_failed(self, err, step: int, epoch: int) -> None:
         """Every rank answered, and the answers could not be joined."""
         if self.log is not None:
+            sides = getattr(err, "sides", None)
+            more = {} if sides is None else {"where": err.where, "sides": sides}
             self.log.event("step-failed", kind=err.kind, ranks=list(err.ranks), step=step,
-                           epoch=epoch, message=err.message)
+                           epoch=epoch, message=err.message, **more)
 
     def committed(self, engine, trace, epoch: int) -> None:
         """A step committed: its trace and the counters after it (what a page draws without

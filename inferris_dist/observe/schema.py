@@ -157,6 +157,9 @@ EVENTS: dict[str, Event] = {
         "step": req("int", "the step"),
         "epoch": req("int", "the epoch"),
         "message": req("str", "the error in words"),
+        "where": opt("str", "ranks that disagree: the first item and field their results differ on"),
+        "sides": opt("list", "ranks that disagree: each value reported there, with the ranks that "
+                             "reported it ({\"ranks\": [...], \"value\": ...})", items="object"),
     }),
     "restart": Event("a recovery begins", {
         "ranks": req("list", "the ranks replaced", items="int"),
