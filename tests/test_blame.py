@@ -69,3 +69,23 @@ def test_on_processes_each_liar_is_named_in_the_line_the_error_object_and_the_wi
         assert failed and failed[0]["sides"] == error["sides"] and failed[0]["message"] == error["message"]
         seen.append(error["message"])
     assert seen[0] != seen[1]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--exec-cost", "10s", "--step-timeout", "10"], "not within --step-timeout 10"),
+    (["--exec-cost", "1ms+2ms/token", "--step-timeout", "0.01"], "at the workload's largest step"),
+    (["--exec-cost", "１ms"], "not a number"),
+    (["--world-size", "４"], "want an integer"),
+    (["--fault", "１:crash@2"], "is not an integer"),
+    (["--fault", "1:delay@2:٣"], "needs seconds"),
+    (["--step-timeout", "1_0"], "want a number of seconds"),
+])
+@pytest.mark.parametrize("command", ["launch", "compare"])
+def test_a_contradiction_or_a_number_not_in_ascii_is_bad_input_before_any_worker(command, args, says):
+    """Refused with one line and exit 2, not reported later as a healthy rank giving no answer."""
+    import subprocess
+    done = subprocess.run([*CLI, command, *args], cwd=REPO, env=ENV, capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert len(done.stderr.strip().splitlines()) == 1 and says in done.stderr, done.stderr
+    assert done.stdout == ""

@@ -23,6 +23,7 @@ from typing import Protocol
 from inferris_dist.engine import WorkloadError
 from inferris_dist.engine.messages import page_spans
 from inferris_dist.engine.shard import SlotStore
+from inferris_dist.protocol.limits import plain
 
 KINDS = {    # each kind: what it does (for help and docs); how a rank acts it out is FaultPlan's table
     "crash": "kills itself (SIGKILL) on receiving the plan",
@@ -89,7 +90,7 @@ def parse_fault(text: str, world_size: int | None = None, source: str = "--fault
         rank = None
     else:
         try:
-            rank = int(rank_part)
+            rank = int(plain(rank_part))
         except ValueError:
             raise bad(f"rank {rank_part!r} is not an integer or 'all'") from None
         if rank < 0 or (world_size is not None and rank >= world_size):
@@ -102,7 +103,7 @@ def parse_fault(text: str, world_size: int | None = None, source: str = "--fault
     step_part, _, arg_part = when.partition(":")
     repeat = step_part.endswith("+")
     try:
-        step = int(step_part.removesuffix("+"))
+        step = int(plain(step_part.removesuffix("+")))
     except ValueError:
         raise bad(f"step {step_part!r} is not an integer") from None
     if step < 0:
@@ -110,7 +111,7 @@ def parse_fault(text: str, world_size: int | None = None, source: str = "--fault
     arg = None
     if kind in SECONDS_KINDS:
         try:
-            arg = float(arg_part) if arg_part.isascii() else None
+            arg = float(plain(arg_part))
         except ValueError:
             arg = None
         if arg is None or arg != arg:
