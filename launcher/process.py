@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+MAX_STATUSES = 1024     # exit statuses of forked workers kept (the oldest go first)
 
 class WorkerProcess:
     """One rank's process: its Popen, a sentinel fd for polling, and its stderr log."""
@@ -284,6 +285,8 @@ class Template:
                 msg = json.loads(line)
                 if "exit" in msg:
                     self._statuses[msg["exit"]] = msg["status"]
+                    if len(self._statuses) > MAX_STATUSES:      # asked for soon after, if at all
+                        del self._statuses[next(iter(self._statuses))]
                     if msg["exit"] == until_exit_of:
                         return {}
                     continue

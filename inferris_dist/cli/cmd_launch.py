@@ -87,6 +87,7 @@ def run_launch(workload, name: str, args) -> int:
                 rtt = group.last_record.rtt if group.last_record is not None else {}
                 extra = (f" · rtt {1000 * sorted(rtt.values())[len(rtt) // 2]:.2f} ms" if rtt else "")
                 if as_json:
+                    engine.take_recoveries()      # not shown with --json: not kept either
                     out.write(engine.json_line(trace) + "\n")
                     progress.update(trace.step, total - engine.num_unfinished, extra)
                     continue
@@ -149,7 +150,12 @@ def print_step(out, style, printer, engine, trace) -> None:
     """A committed step: its line, and unless nothing happened, each attempt's wire line and
     what was done about each failure (a failure found by the audit before it comes first)."""
     group = engine.group
+    unshown = engine.recoveries_unshown
     attempts, recoveries = group.take_attempts(), engine.take_recoveries()
+    if unshown:
+        printer.flush()
+        out.write(style.dim(f"{'':>{render.STEP_WIDTH}}  ({unshown} earlier recoveries of this step not "
+                            f"shown: the last {len(recoveries)} follow)") + "\n")
     audited = [r for r in recoveries if r.in_audit]     # the audit before this step
     recoveries = [r for r in recoveries if not r.in_audit]
     if audited:
@@ -164,7 +170,11 @@ def print_step(out, style, printer, engine, trace) -> None:
 def print_failure(out, style, group, engine, err) -> None:
     """The step that failed (its number, its wire lines, then the diagnosis)."""
     attempts = group.take_attempts()
+    unshown = engine.recoveries_unshown if engine is not None else 0
     recoveries = engine.take_recoveries() if engine is not None else []
+    if unshown:
+        out.write(style.dim(f"{'':>{render.STEP_WIDTH}}  ({unshown} earlier recoveries of this step not "
+                            f"shown: the last {len(recoveries)} follow)") + "\n")
     failed_here = err.step is not None and any(a.step == err.step for a in attempts)
     if failed_here:
         head, why = render.failed_step_lines(err, style)

@@ -154,6 +154,9 @@ def note_lines(record, style: Style) -> list[str]:
     return [f"{'':>{STEP_WIDTH}}  " + style.yellow(f"! {shown(note)}") for note in record.notes]
 
 
+MAX_PIDS_SHOWN = 5      # a rank's worker pids in its row, before the middle ones are counted
+
+
 def rank_table(totals: dict, pids: dict[int, list[int]], style: Style,
                hosts: dict[int, list[str]] | None = None) -> str:
     """Per rank: its worker pids (a restart adds one; @host for members from other hosts),
@@ -162,8 +165,10 @@ def rank_table(totals: dict, pids: dict[int, list[int]], style: Style,
 
     def who(r: int) -> str:
         at = hosts.get(r, []) if hosts is not None else []
-        return "->".join(f"{p}@{at[i]}" if i < len(at) and at[i] else str(p)
-                         for i, p in enumerate(pids.get(r, []))) or "-"
+        shown = [f"{p}@{at[i]}" if i < len(at) and at[i] else str(p) for i, p in enumerate(pids.get(r, []))]
+        if len(shown) > MAX_PIDS_SHOWN:     # many restarts: the first two, a count, the last two
+            shown = [*shown[:2], f"...({len(shown) - 4} more)", *shown[-2:]]
+        return "->".join(shown) or "-"
 
     rows = [(str(r), who(r), str(t.steps), human_bytes(t.bytes_sent),
              human_bytes(t.bytes_received), ms(t.percentile(0.5)), ms(t.percentile(0.99)),

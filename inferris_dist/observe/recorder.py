@@ -141,7 +141,7 @@ class Recorder:
             rtt = time.monotonic() - sent_at
             record.rtt[rank] = rtt
             record.result_bytes[rank] = body_bytes
-            totals.rtts.append(rtt)
+            totals.add_rtt(rtt)
             totals.steps += 1
 
     def replies(self, epoch: int, flight, decoded: dict[int, Any], **more: Any) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -25,6 +26,9 @@ class StepRecord:
     inside: dict[int, tuple] = field(default_factory=dict)       # rank -> its own 4 times (timeline)
 
 
+MAX_RTT_SAMPLES = 1 << 16    # round trips kept per rank; past them, a uniform sample of them all
+
+
 @dataclass
 class RankTotals:
     steps: int = 0
@@ -32,6 +36,23 @@ class RankTotals:
     bytes_received: int = 0
     rtts: list[float] = field(default_factory=list)
     dropped: int = 0
+    rtt_count: int = 0
+
+    def add_rtt(self, rtt: float) -> None:
+        """Every round trip while they fit the budget (the percentiles exact); then each new one
+        replaces a kept one with the chance that keeps the sample uniform (reservoir sampling,
+        seeded: the same run keeps the same sample)."""
+        self.rtt_count += 1
+        if len(self.rtts) < MAX_RTT_SAMPLES:
+            self.rtts.append(rtt)
+            return
+        if self._rng is None:
+            self._rng = random.Random(MAX_RTT_SAMPLES)
+        j = self._rng.randrange(self.rtt_count)
+        if j < MAX_RTT_SAMPLES:
+            self.rtts[j] = rtt
+
+    _rng: random.Random | None = field(default=None, repr=False, compare=False)
 
     def percentile(self, q: float) -> float | None:
         if not self.rtts:

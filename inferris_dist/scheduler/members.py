@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from inferris_dist.launcher import Template, WorkerProcess, fork_workers, spawn_workers, stop_workers
 from inferris_dist.protocol import wire
@@ -27,6 +27,17 @@ from inferris_dist.protocol.keys import ServerKeys
 from inferris_dist.protocol.wire import MsgType
 from inferris_dist.scheduler.channel import Meta, RankChannel
 from inferris_dist.scheduler.gate import user_id
+
+MAX_GONE = 4096       # workers known to be gone kept by pid (per run); older ones are only counted
+
+
+class Gone(NamedTuple):
+    """A worker we started, stopped and reaped: its rank and pid are all that is kept of it."""
+    rank: int
+    pid: int
+
+    def alive(self) -> bool:
+        return False
 
 
 class Spawned:
@@ -41,7 +52,9 @@ class Spawned:
         self.start_timeout = start_timeout
         self.template = template          # forks workers that have imported already; else spawn
         self.workers: dict[int, WorkerProcess] = {}
-        self.started: list[WorkerProcess] = []      # every worker ever started, restarts too
+        self.started: list[WorkerProcess | Gone] = []   # every worker started, restarts too
+        self._where: dict[int, int] = {}                # pid -> its place in `started`
+        self.forgotten = 0                              # gone workers past MAX_GONE, counted
         channel.explain = self.explain
 
     def worker_args(self, rank: int, parent_pid: int, death_signal: bool) -> list[str]:
@@ -74,6 +87,7 @@ class Spawned:
             started = spawn_workers(self.argv, self.channel.world_size, self.secret, ranks, self.log_dir)
         for w in started:
             self.workers[w.rank] = w
+            self._where[w.pid] = len(self.started)
             self.started.append(w)
             self.channel.watch_process(w.rank, w.sentinel)
         return self.start_timeout, f"did not finish the handshake within {self.start_timeout:g} s"
@@ -105,6 +119,22 @@ class Spawned:
         for w in old:
             self.channel.unwatch_process(w.rank)
             self.channel.retire(w.rank, "stopped")
+            if not w.alive():
+                self._forget(w)
+
+    def _forget(self, w: WorkerProcess) -> None:
+        """A retired worker that is gone keeps only its rank and pid (a run of many restarts
+        costs a few bytes each), and past MAX_GONE of them only a count."""
+        i = self._where.pop(w.pid, None)
+        if i is not None and self.started[i] is w:
+            self.started[i] = Gone(w.rank, w.pid)
+        gone = len(self.started) - len(self.workers)
+        if gone > MAX_GONE:
+            keep = [x for x in self.started if not isinstance(x, Gone)]
+            old = [x for x in self.started if isinstance(x, Gone)]
+            self.forgotten += len(old) - MAX_GONE // 2
+            self.started = old[-(MAX_GONE // 2):] + keep
+            self._where = {x.pid: i for i, x in enumerate(self.started)}
 
     def close(self) -> None:
         """Healthy workers are asked to stop and given a second; those a failure was blamed on

@@ -18,6 +18,7 @@ coming back exhausts `max_restarts` and ends as abort does.
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -35,6 +36,7 @@ from inferris_dist.protocol.faults import POLICIES
 from inferris_dist.scheduler.group import ProcessGroup
 from inferris_dist.scheduler.options import LaunchOptions
 
+MAX_RECOVERIES_KEPT = 256       # recoveries kept between two takes (the restarts of one step)
 RECOVERABLE = (RankLost, GroupViolation, BoundaryViolation, ShardDivergence)
 
 
@@ -67,7 +69,8 @@ class DistributedEngine(Engine):
         self.policy = options.on_rank_loss
         self.max_restarts = options.max_restarts
         self.num_restarts = 0
-        self.recoveries: list[Recovery] = []       # since take_recoveries()
+        self.recoveries: deque[Recovery] = deque(maxlen=MAX_RECOVERIES_KEPT)   # since take_recoveries()
+        self.recoveries_unshown = 0                # recoveries past the kept ones, since the last take
         self._preempted_between_steps: list[str] = []  # by a recompute after an audit: shown next step
         self._idle_from: int | None = None         # the first step of the idle stretch we are in
 
@@ -95,7 +98,9 @@ class DistributedEngine(Engine):
         self._idle_from = None
 
     def take_recoveries(self) -> list[Recovery]:
-        recoveries, self.recoveries = self.recoveries, []
+        recoveries = list(self.recoveries)
+        self.recoveries.clear()
+        self.recoveries_unshown = 0
         return recoveries
 
     # -- one step: prepare and send, then collect and commit, recovering what fails ---------
@@ -213,6 +218,8 @@ class DistributedEngine(Engine):
         recovery = Recovery(step, failed_epoch, err.kind, err.rank, err.message, self.policy,
                             tuple(ranks), tuple(pids), pages, tuple(preempted), in_audit=in_audit,
                             hosts=self.group.hosts_of(ranks))
+        if len(self.recoveries) == self.recoveries.maxlen:
+            self.recoveries_unshown += 1           # a budget: many restarts in one step keep the last
         self.recoveries.append(recovery)
         self.recorder.recovered(recovery)
         return prepared
