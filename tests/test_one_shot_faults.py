@@ -41,7 +41,7 @@ def test_a_one_shot_crash_fires_once_behind_garbled_replies(tmp_path, rung):
         testing.assert_holds(reference, run)
         fired, killed = fired_and_killed(log)
         assert fired.count("0:crash@3") == 1, (i, fired)
-        assert killed == 1, (i, killed)
+        assert killed <= 1, (i, killed)     # 0: its member was retired (garbled) as it died
         assert sorted(f for f in fired if f.startswith("all:")) == ["all:garble@2"] * 4, fired
 
 
