@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -286,21 +285,23 @@ def _finish_outputs(log_stream, timeline_stream, timeline, args, metrics_file=No
 
 class HtmlPage:
     """`launch --html FILE`: the page built from the run's wire log when the run is over (also
-    one that failed). Without `--wire-log` the log goes to a private temporary file, removed
-    after. The page's file is opened at the start, so a path that cannot be written is bad
-    input before any worker starts."""
+    one that failed). Without `--wire-log` the log goes to a private run directory of its own
+    (locked while the run lives, removed after; a run killed outright leaves it to the next
+    run's sweep, as a group's run directory). The page's file is opened at the start, so a path
+    that cannot be written is bad input before any worker starts."""
 
     def __init__(self, path: str | None, wire_log: str | None):
         self.path = path
         self.wire_log = wire_log
         self._temp: str | None = None
+        self._dir = None
         if path is None:
             return
         _open_for_writing(path, "--html").close()
         if wire_log is None:
-            fd, self._temp = tempfile.mkstemp(prefix="inferris-dist-wire-", suffix=".jsonl")
-            os.close(fd)
-            self.wire_log = self._temp
+            from inferris_dist.launcher.rundir import make_run_dir
+            self._dir = make_run_dir()
+            self._temp = self.wire_log = str(self._dir / "wire.jsonl")
 
     def write(self, title: str, problem: EngineError | None) -> EngineError | None:
         """Build the page (after the wire log is closed); a failure names the flag and file."""
@@ -312,19 +313,17 @@ class HtmlPage:
                 write_page(self.wire_log, self.path, title)
         except OSError as e:
             problem = problem or machine_failure(e, f"--html {self.path}")
-        except WorkloadError as e:
-            problem = problem or MachineFailure(f"--html {self.path}: {e.message}", None)
+        except WorkloadError as e:       # the log it is built from cannot be read back
+            problem = problem or MachineFailure(f"--html {self.path}: {e}", None)
         finally:
             self.discard()
         return problem
 
     def discard(self) -> None:
-        if self._temp is not None:
-            try:
-                os.unlink(self._temp)
-            except OSError:
-                pass
-            self._temp = None
+        if self._dir is not None:
+            from inferris_dist.launcher.rundir import remove_run_dir
+            remove_run_dir(self._dir)
+            self._dir = self._temp = None
 
 
 def _open_for_writing(path: str | None, flag: str, opened: ExitStack | None = None):

@@ -26,6 +26,7 @@ from inferris_dist.cli.args import (
 )
 from inferris_dist.cli.mechanisms import MECHANISMS
 from inferris_dist.cli.mechanisms import find as find_mechanism
+from inferris_dist.cli.paths import check_paths
 from inferris_dist.cli.workload_source import REQUEST_FORMAT, WORKLOAD_HELP, workload_from_flags
 from inferris_dist.engine import Engine, EngineError, WorkloadError, trace_json_lines
 from inferris_dist.engine.rungs import NAMES as RUNG_NAMES
@@ -396,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = _attach_dashed_values(argv)
     try:
         args = build_parser().parse_args(argv)
+        check_paths(args)                    # no output on an input or another output
         status = COMMANDS[args.command](args)
     except (UsageError, WorkloadError) as e:
         sys.stdout.flush()
