@@ -610,3 +610,101 @@ def test_an_overlap_run_with_model_time_in_a_browser(browser, tmp_path):
     text = browser.evaluate("document.getElementById('detail').innerText")
     assert "step 3, epoch 0: plan of" in text and "join: joined" in text
     assert browser.errors == [] and browser.requests == [] and browser.dialogs == []
+
+
+# -- link faults: what the link did to a message, and a partition, are marks -------------------
+
+LINK_FAULTS = ["1:plan-lost@3", "2:result-delay@5:0.1", "0:plan-dup@6", "3:result-dup@7",
+               "3:partition@11:0.2"]
+
+
+@pytest.fixture(scope="module")
+def linked(tmp_path_factory) -> tuple[Path, Path]:
+    """(wire log, page) of a restore run on 4 ranks through which the link lost, delayed and
+    duplicated messages, and cut rank 3 off for 0.2 s."""
+    tmp = tmp_path_factory.mktemp("linked")
+    log, out = tmp / "linked.log", tmp / "linked.html"
+    faults = [arg for f in LINK_FAULTS for arg in ("--fault", f)]
+    done = subprocess.run([*CLI, "launch", "--spec", str(GOLDEN / "random_008.spec.json"), *faults,
+                           "--on-rank-loss", "restore", "--step-timeout", "0.5", "--wire-log", str(log),
+                           "--html", str(out)], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return log, out
+
+
+def link_marks(data: dict) -> dict[str, list]:
+    kinds = data["mark_kinds"]
+    out: dict[str, list] = {}
+    for m in data["marks"]:
+        out.setdefault(kinds[m[0]], []).append([data["strs"][m[6]] if k == 6 else v for k, v in enumerate(m)])
+    return out
+
+
+def test_what_the_link_did_is_marked_on_the_ranks_lane(linked):
+    data = data_of(linked[1].read_text())
+    marks = link_marks(data)
+    said = {(m[3][0], m[4], m[6]) for m in marks["link"]}
+    assert said == {(1, 3, "the link lost the PLAN of step 3 to rank 1"),
+                    (2, 5, "the link delayed the RESULT of step 5 from rank 2 (taken when the link "
+                           "delivers it)"),
+                    (0, 6, "the link duplicated the PLAN of step 6 to rank 0"),
+                    (3, 7, "the link duplicated the RESULT of step 7 from rank 3"),
+                    (3, 11, "the link lost the PLAN of step 11 to rank 3")}
+    assert len(marks["link"]) == len(said)               # a plan sent twice: one mark
+    [cut] = marks["partition"]
+    assert (cut[2], cut[3], cut[4], cut[5]) == (200_000, [3], 11, 1)      # its duration, on rank 3's lane
+    assert "cut rank 3 off for 200 ms" in cut[6]
+    assert not any(m[6].startswith("the link ") for m in marks.get("note", []))   # said once, by the marks
+    links = {(a[0], a[1]): {r: data["strs"][t] for r, t in a[8]} for a in data["attempts"] if len(a) > 8}
+    assert links == {(3, 0): {1: "plan lost"}, (5, 1): {2: "result delayed"}, (6, 1): {0: "plan duplicated"},
+                     (7, 1): {3: "result duplicated"}, (11, 1): {3: "plan lost"}}
+    lost = [a for a in data["attempts"] if (a[0], a[1]) == (3, 0)][0]
+    assert [row[2] for row in lost[7] if row[0] == 1] == [-1]            # no answer came back
+    delayed = [a for a in data["attempts"] if (a[0], a[1]) == (5, 1)][0]
+    assert [row[2] >= 100_000 for row in delayed[7] if row[0] == 2] == [True]   # it came, 0.1 s late
+    assert len([a for a in data["attempts"] if a[0] == 6]) == 1          # one attempt, not two
+
+
+def test_every_kind_of_mark_has_its_budget(tmp_path):
+    """A link fault on every message cannot crowd the loss out of the page: each kind of mark
+    has its own budget, and what is past it is counted in a note, by kind."""
+    from inferris_dist.observe.page.model import MARK_BUDGET, MARKS
+    assert set(MARK_BUDGET) == set(MARKS)
+    n = MARK_BUDGET["link"] + 300
+    records = [{"t": 1.0, "event": "run", "name": "flood", "world_size": 1, "rung": "full", "policy": "abort",
+                "faults": ["0:plan-dup@0+"], "config": {}, "requests": 0, "scheduler_pid": 1, "listen": None,
+                "shared_clock": True}]
+    for step in range(n):
+        plan = {"t": 2.0 + step * 1e-3, "dir": "out", "rank": 0, "epoch": 0, "step": step, "type": "PLAN",
+                "bytes": 10, "body": {"step": step, "items": []}, "link": "duplicated"}
+        records += [plan, plan, {"t": plan["t"], "event": "partition", "rank": 0, "step": step, "epoch": 0,
+                                 "seconds": 1e-4}]
+    records.append({"t": 9.0, "event": "rank-lost", "rank": 0, "ranks": [0], "step": n, "epoch": 0,
+                    "reason": "timeout", "message": "rank 0 gave no answer"})
+    data = data_of(build_page(records))
+    marks = link_marks(data)
+    assert len(marks["link"]) == MARK_BUDGET["link"] and len(marks["partition"]) == MARK_BUDGET["partition"]
+    assert len(marks["lost"]) == 1
+    [note] = [note for note in data["notes"] if "beyond the page's bound" in note]
+    assert "link x300" in note and f"partition x{n - MARK_BUDGET['partition']}" in note
+
+
+@needs_browser
+def test_the_links_marks_in_a_browser(browser, linked):
+    loaded(browser, linked[1])
+    page = browser.evaluate("({marks: inferrisPage.marks, drawn: inferrisPage.drawn})")
+    assert page["marks"]["link"] == 5 and page["marks"]["partition"] == 1
+    assert page["drawn"]["marks"].get("link") == 5 and page["drawn"]["marks"].get("partition") == 1
+    header = browser.evaluate("document.getElementById('run').innerText")
+    assert "the link acted on 5 messages, cut 1 time" in header
+    for step, said in ((3, ["! the link lost the PLAN of step 3 to rank 1", "plan lost"]),
+                       (11, ["! the link cut rank 3 off for 200 ms",
+                             "! the link lost the PLAN of step 11 to rank 3"])):
+        browser.evaluate(f"inferrisPage.focusStep({step})")
+        where = browser.evaluate(f"inferrisPage.stepPoint({step})")
+        browser.click(where["x"], where["y"])
+        browser.wait_for(f"inferrisPage.selected === {step}")
+        text = browser.evaluate("document.getElementById('detail').innerText")
+        for words in said:
+            assert words in text, (step, words, text)
+    assert browser.errors == [] and browser.requests == [] and browser.dialogs == []

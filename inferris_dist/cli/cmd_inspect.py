@@ -16,6 +16,11 @@ fails is refused naming its line. A last line cut short (the disk filled up) is 
 with one note, the rest shown; any other bad line refuses the log, nothing printed, one
 line on stderr, exit status 2. Events inspect does not know are skipped.
 
+What a link fault did to a message (its "link": lost, delayed, duplicated, reordered) is said
+on the line of the message: the attempt's row ("link: plan to rank 1 lost") and, with --step,
+the rank's row of the results ("link: plan lost"). A RESULT the link lost, or took to deliver
+later, is no answer (the one delivered later is). A partition is an event line.
+
 --json: one JSON object per line, "record" first (what it is); nothing else is printed.
   Without --step, in the log's order:
     {"record": "attempt", "step": S, "epoch": E, "items": N, "plan_bytes": B,
@@ -23,7 +28,11 @@ line on stderr, exit status 2. Events inspect does not know are skipped.
         one per (step, epoch) attempt. "ranks": those the plan went to or that answered;
         "result_bytes": the size of each one's RESULT, null where the log holds none;
         "verdict": "joined", what failed it ("GroupViolation", "rank 2 lost (died)") or
-        "no answer in the log"; "message": the failure's own words.
+        "no answer in the log"; "message": the failure's own words. Where a link fault acted
+        on the attempt's messages, also "link": [{"rank": R, "dir": "out"|"in", "type":
+        "PLAN"|"RESULT", "link": "lost"|"delayed"|"duplicated"|"reordered"}, ...], each once,
+        in the order they crossed (a lost or delayed RESULT is not one that came: its
+        "result_bytes" is another copy's, or null).
     {"record": "event", "event": NAME, FIELD: VALUE, ...}
         one per event, where it happened, with these fields only:
         rank-lost    rank (null: every rank), ranks, step (null: start-up), epoch, reason, message
@@ -33,6 +42,7 @@ line on stderr, exit status 2. Events inspect does not know are skipped.
         note         rank, epoch, text
         idle         first, last, text (steps first..last ran without a round trip)
         turned-away  messages, connections (counts by peer)
+        partition    rank, step, epoch, seconds (a link fault cut the rank off that long)
     {"record": "truncated", "line": N}   the last line, cut short, left out (if so)
     {"record": "totals", "messages": N, "bytes_out": B, "bytes_in": B, "steps": N,
      "attempts": N, "ranks": N}   always last
@@ -44,7 +54,8 @@ line on stderr, exit status 2. Events inspect does not know are skipped.
     {"record": "result", "step": K, "epoch": E, "rank": R, "bytes": B or null,
      "outcomes": [{"request_id", "start_position", "executed_tokens", "accepted", "writes"},
      ...] or null, "undecodable": TEXT or null, "inside": [4 numbers] or null}
-        one per rank; null "bytes" and "outcomes": no RESULT of that rank in the log
+        one per rank; null "bytes" and "outcomes": no RESULT of that rank in the log; where a
+        link fault acted on the rank's PLAN or RESULT, also "link": [{"dir", "type", "link"}]
     {"record": "join", "step": K, "epoch": E, "verdict": V, "message": M or null}
     {"record": "event", ...}   the attempt's other events, as above
   and last, {"record": "truncated", "line": N} if the last line was cut short.
@@ -113,6 +124,10 @@ def _record(obj: dict) -> dict | None:
     kind = obj.get("type")
     kind = shown(kind) if isinstance(kind, str) and len(kind) <= 32 else "wire"   # an error stays short
     msg = _checked(obj, MESSAGE, f"{kind} message")
+    if "link" in obj:
+        if obj["link"] not in LINK:
+            raise Malformed(f"{kind} message: link must be one of {', '.join(LINK)}")
+        msg["link"] = obj["link"]
     if msg["type"] == "PLAN":
         body = obj.get("body")
         if not isinstance(body, dict) or not isinstance(body.get("items"), list):
@@ -191,6 +206,8 @@ RANKS: Check = (lambda v: isinstance(v, list) and len(v) <= MAX_RANKS and _ints_
                 f"a list of ranks, 0..{MAX_RANKS - 1}")
 COUNTS: Check = (lambda v: isinstance(v, dict) and all(map(_is_count, v.values())),
                  "an object of counts")
+SECONDS: Check = (lambda v: type(v) in (int, float) and math.isfinite(v) and 0 <= v <= MAX_INT,
+                  "a number of seconds >= 0")
 
 MESSAGE = {"dir": ((lambda v: v in ("in", "out")), '"in" or "out"'), "rank": RANK, "epoch": INT,
            "step": INT, "type": TEXT, "bytes": COUNT}
@@ -208,7 +225,10 @@ EVENTS = {  # the events inspect shows, and the fields it uses of each; the othe
     "idle": {"first": INT, "last": INT, "text": TEXT},
     "attempt": {"step": INT, "epoch": INT, "verdict": TEXT},
     "turned-away": {"messages": COUNTS, "connections": COUNTS},
+    "partition": {"rank": RANK, "step": INT, "epoch": INT, "seconds": SECONDS},
 }
+LINK = ("lost", "delayed", "duplicated", "reordered")     # what a link fault did to a message
+NOT_CAME = ("lost", "delayed")      # a RESULT so marked never reached the scheduler (then, at least)
 
 
 # -- saying it ------------------------------------------------------------------------------
@@ -246,6 +266,9 @@ def _event_line(ev: dict, style: Style) -> str:
                                   f"{g('step')}, shard of {g('shard_pages')} pages")
     if kind == "note":
         return PAD + style.yellow(f"! {_txt(g('text'))}")
+    if kind == "partition":
+        return PAD + style.red(f"! partition {where}: rank {g('rank')} cut off for {g('seconds'):g} s "
+                               f"(everything to and from it lost)")
     if kind == "idle":
         first, last = g("first"), g("last")
         label = str(first) if first == last else f"{first}-{last}"
@@ -293,6 +316,7 @@ class Attempt:
     failed: str = ""                        # what a step-failed or rank-lost event said of it
     why: str = ""                           # that event's message
     events: list[dict] = field(default_factory=list)   # its other events (--step)
+    links: dict = field(default_factory=dict)       # (rank, dir, type, link) -> None: what the link did
 
     def answered(self) -> bool:
         return bool(self.ranks) and all(r in self.results for r in self.ranks)
@@ -303,6 +327,21 @@ class Attempt:
 
     def all_ranks(self) -> list[int]:
         return sorted(self.ranks | set(self.results))
+
+    def link_tag(self) -> str:
+        """What the link did to the attempt's messages, for its row: "" when nothing."""
+        said = [f"{kind.lower()} {'to' if d == 'out' else 'from'} rank {r} {what}"
+                for r, d, kind, what in self.links]
+        return "link: " + "; ".join(said) if said else ""
+
+    def rank_link(self, rank: int) -> str:
+        """What the link did to one rank's messages, for its row of the results."""
+        said = [f"{kind.lower()} {what}" for r, _, kind, what in self.links if r == rank]
+        return "link: " + ", ".join(said) if said else ""
+
+    def link_objects(self, rank: int | None = None) -> list[dict]:
+        return [({} if rank is not None else {"rank": r}) | {"dir": d, "type": kind, "link": what}
+                for r, d, kind, what in self.links if rank is None or r == rank]
 
 
 class Reader:
@@ -320,6 +359,7 @@ class Reader:
         self.idle_steps, self.last = 0, -1
         self.idle: list[dict] = []                # the idle stretch holding step K, if it is one
         self.truncated: int | None = None         # the number of the last line, cut short
+        self.early: list[dict] = []               # --step: step K's events before its first plan
 
     def read(self) -> "Reader":
         for n, obj in _records(self.path):
@@ -347,11 +387,18 @@ class Reader:
             if self.step is None:
                 self.steps.add(msg["step"])
             self.current = self._plan(msg) if self.step in (None, msg["step"]) else None
+            if "link" in msg and self.current is not None:
+                self.current.links[(msg["rank"], "out", "PLAN", msg["link"])] = None
         elif msg["type"] == "RESULT" and _key(msg) in self.attempts:
+            a = self.attempts[_key(msg)]
+            if "link" in msg:
+                a.links[(msg["rank"], "in", "RESULT", msg["link"])] = None
+                if msg["link"] in NOT_CAME:
+                    return                        # the link lost it, or holds it: no answer (yet)
             result = msg["result"]
             if self.step is None:                 # the summary needs sizes only
                 result = Result(result.bytes, None)
-            self.attempts[_key(msg)].results[msg["rank"]] = result
+            a.results[msg["rank"]] = result
 
     def _plan(self, msg: dict) -> Attempt:
         a = self.attempts.get(_key(msg))
@@ -360,6 +407,8 @@ class Reader:
             a = Attempt(msg["step"], msg["epoch"], msg["bytes"], len(items) if self.step is None else items)
             self.attempts[_key(msg)] = a
             self.rows.append(a)
+            a.events += self.early                # a partition cutting the first rank off: before it
+            self.early = []
         a.ranks.add(msg["rank"])
         return a
 
@@ -391,6 +440,8 @@ class Reader:
         elif self.rows and ev["event"] != "idle" and (
                 ev.get("step") == self.step if ev.get("step") is not None else self.current is not None):
             self.rows[-1].events.append(ev)
+        elif ev["event"] == "partition" and ev["step"] == self.step:
+            self.early.append(ev)
 
 
 # -- the summary: one line per attempt -------------------------------------------------------
@@ -433,7 +484,9 @@ def _summary(log: Reader, style: Style) -> list[str]:
         if isinstance(row, dict):
             lines.append(_event_line(row, style))
             continue
-        lines.append(fmt(cells[id(row)], strip=False) + "  " + _painted(row.verdict(), style))
+        tag = row.link_tag()
+        lines.append(fmt(cells[id(row)], strip=False) + "  " + _painted(row.verdict(), style)
+                     + ("  " + style.yellow(tag) if tag else ""))
     if log.truncated is not None:
         lines.append(PAD + style.yellow(f"! {_truncated(log.truncated)}"))
     steps = len(log.steps) + log.idle_steps
@@ -453,10 +506,13 @@ def _summary_objects(log: Reader) -> Iterator[dict]:
             yield _event_object(row)
             continue
         ranks = row.all_ranks()
-        yield {"record": "attempt", "step": row.step, "epoch": row.epoch, "items": row.items,
+        obj = {"record": "attempt", "step": row.step, "epoch": row.epoch, "items": row.items,
                "plan_bytes": row.plan_bytes, "ranks": ranks,
                "result_bytes": [row.results[r].bytes if r in row.results else None for r in ranks],
                "verdict": row.verdict(), "message": row.why or None}
+        if row.links:
+            obj["link"] = row.link_objects()
+        yield obj
     if log.truncated is not None:
         yield {"record": "truncated", "line": log.truncated}
     yield {"record": "totals", "messages": log.messages, "bytes_out": log.sent, "bytes_in": log.received,
@@ -495,10 +551,14 @@ def _result_table(a: Attempt, style: Style) -> list[str]:
     """Per rank, per outcome; a rank that answered exactly as the first one did says so."""
     header = ("rank", "bytes", "request", "start", "ran", "accepted", "writes")
     if not a.results:
-        return [PAD + "results: none in the log"]
+        said = [f"rank {r}: {a.rank_link(r)}" for r in a.all_ranks() if a.rank_link(r)]
+        return [PAD + "results: none in the log" + ("  " + style.yellow("; ".join(said)) if said else "")]
     rows, free = [], {}                    # free: row index -> text that spans the outcome columns
+    tags = {}                              # row index -> what the link did to that rank's messages
     first = min(a.results)
     for rank in a.all_ranks():
+        if a.rank_link(rank):
+            tags[len(rows)] = style.yellow(a.rank_link(rank))
         r = a.results.get(rank)
         outcomes = None if r is None else r.outcomes
         if not outcomes or (rank != first and outcomes == a.results[first].outcomes):
@@ -513,7 +573,8 @@ def _result_table(a: Attempt, style: Style) -> list[str]:
                          str(o["accepted"]), _txt(o["writes"])))
     fmt = _aligned(header, rows, {0, 1, 3, 4, 5})
     return [PAD + style.dim(fmt(header))] + [
-        PAD + (fmt(r[:2]) + "  " + free[i] if i in free else fmt(r)) for i, r in enumerate(rows)]
+        PAD + (fmt(r[:2]) + "  " + free[i] if i in free else fmt(r)) + ("  " + tags[i] if i in tags else "")
+        for i, r in enumerate(rows)]
 
 
 def _step_objects(log: Reader) -> Iterator[dict]:
@@ -526,10 +587,13 @@ def _step_objects(log: Reader) -> Iterator[dict]:
             yield {"record": "item", **at, "index": i, **it}
         for rank in a.all_ranks():
             r = a.results.get(rank)
-            yield {"record": "result", **at, "rank": rank, "bytes": None if r is None else r.bytes,
+            obj = {"record": "result", **at, "rank": rank, "bytes": None if r is None else r.bytes,
                    "outcomes": None if r is None else r.outcomes,
                    "undecodable": None if r is None else r.undecodable,
                    "inside": None if r is None else r.inside}
+            if a.link_objects(rank):
+                obj["link"] = a.link_objects(rank)
+            yield obj
         yield {"record": "join", **at, "verdict": a.verdict(), "message": a.why or None}
         for ev in a.events:
             yield _event_object(ev)

@@ -173,7 +173,7 @@ class Recorder:
             self.attempt(record)
 
     def dropped(self, rank: int, epoch: int, header: wire.Header, body: bytes | None, what: str,
-                note: str) -> None:
+                note: str, link: str | None = None) -> None:
         """A reply not joined (a duplicate, stale, or for a plan the run is not at), counted; the
         first few of each rank also noted in `epoch` and logged as it came (it crossed), the
         rest only counted."""
@@ -183,8 +183,9 @@ class Recorder:
             return
         if self.log is not None and body is not None:
             kind = header.type
+            more = {"dropped": what} if link is None else {"dropped": what, "link": link}
             self.log.message("in", rank, header.epoch, header.step, kind.name, len(body),
-                             for_log(kind, body), dropped=what)
+                             for_log(kind, body), **more)
         self.note(rank, epoch, note)
 
     def broken(self, rank: int, epoch: int, step: int, kind: MsgType, num_bytes: int, why: str) -> None:

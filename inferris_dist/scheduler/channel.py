@@ -374,6 +374,7 @@ class RankChannel:
         if header.rank != rank:
             raise self.lost(rank, step, "protocol",
                             f"broke the protocol: its message names rank {header.rank}", flight=flight)
+        copied = None                   # "duplicated": the link delivered this message twice
         if self.link.active and meta is not LINK_DONE:
             what, seconds = self.link.incoming(rank, header.type, header.step)
             if what is not None:
@@ -385,13 +386,14 @@ class RankChannel:
                     self.recorder.link_in(rank, header, frames[2], what)
                     return
                 self.take(came, LINK_DONE, flight)      # the copy comes first, then the message
+                copied = what
         current = header.type is expect and header.epoch == self.epoch and header.step == step
         into = flight
         if rank in flight.got or not current:
             into = self.in_flight.get(header.step) if header.type is MsgType.RESULT \
                 and header.epoch == self.epoch else None
             if into is None or into is flight or rank in into.got:
-                return self.drop(rank, header, body=frames[2])
+                return self.drop(rank, header, body=frames[2], link=copied)
         into.got[rank] = (header, frames[2])     # a plan sent ahead: kept for its turn
         self.recorder.taken(rank, len(frames[1]), len(frames[2]), into.record, into.sent_at[rank], timing)
 
@@ -445,9 +447,11 @@ class RankChannel:
         self.note(None, f"dropped a message from an unknown peer ({peer}){' ' + during if during else ''}")
         return False
 
-    def drop(self, rank: int, header: wire.Header, when: str = "", body: bytes | None = None) -> None:
+    def drop(self, rank: int, header: wire.Header, when: str = "", body: bytes | None = None,
+             link: str | None = None) -> None:
         """Count and note a reply that is not joined: a duplicate of one already taken, or stale.
-        It crossed, so it is logged too (marked dropped), as it came."""
+        It crossed, so it is logged too (marked dropped), as it came; `link`: what the link did
+        to it (the second copy of a message it delivered twice)."""
         last = self.recorder.last_record
         seen = self._answered.get(rank) == (header.epoch, header.step, header.type) or (
             header.epoch == self.epoch and last is not None and header.step == last.step
@@ -457,7 +461,8 @@ class RankChannel:
         what = "duplicate" if seen else "future" if ahead else "stale"
         self.recorder.dropped(rank, self.epoch, header, body, what,
                               f"dropped a {what} {header.type.name} from rank {rank} "
-                              f"(epoch {header.epoch}, step {header.step}){' ' + when if when else ''}")
+                              f"(epoch {header.epoch}, step {header.step}){' ' + when if when else ''}",
+                              link=link)
 
     def decode(self, rank: int | None, kind: MsgType, body: bytes, flight: Flight):
         try:

@@ -124,7 +124,10 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
             if rt.plan >= 0:
                 row += [None] * (9 - len(row)) + [rt.plan]
             rows.append(row)
-        attempts.append([a.step, a.epoch, us(start), us(end), T(verdict), a.plan_bytes, a.plan, rows])
+        # what the link did to a rank's plan or result, by rank (only where it did something)
+        links = [[rank, T(", ".join(a.ranks[rank].link))] for rank in sorted(a.ranks) if a.ranks[rank].link]
+        attempts.append([a.step, a.epoch, us(start), us(end), T(verdict), a.plan_bytes, a.plan, rows]
+                        + ([links] if links else []))
         a.verdict = verdict
 
     # committed steps: their spans, counters and lines
@@ -203,7 +206,9 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
                     (b.dropped_steps, "committed steps"), (b.dropped_phases, "scheduler phases"),
                     (b.dropped_marks, "events"), (lines_dropped, "step lines"), (T.dropped, "texts")):
         if n:
-            notes.append(f"{n} {what} beyond the page's bound are not shown")
+            kinds = ", ".join(f"{k} x{c}" for k, c in b.dropped_of.items()) if what == "events" else ""
+            notes.append(f"{n} {what} beyond the page's bound are not shown"
+                         + (f" ({kinds})" if kinds else ""))
     if requests["more"]:
         notes.append(f"{requests['total']} requests: lanes for the first {len(requests['ids'])} "
                      f"(the counter tracks count them all)")

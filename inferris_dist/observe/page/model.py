@@ -45,12 +45,20 @@ PLAN_KEYS = ("request_id", "start_position", "num_tokens", "draft_len", "decode"
              "placements")
 RESULT_KEYS = ("request_id", "start_position", "executed_tokens", "accepted", "writes")
 MARKS = ("lost", "restart", "step-failed", "audit", "audit-failed", "note", "turned-away",
-         "rejoin-wait", "refused", "replaced", "end")
+         "rejoin-wait", "refused", "replaced", "end", "link", "partition")
+# Each kind of mark has its own budget within MAX_MARKS, so that a flood of one kind (a link
+# fault on every message, an audit every step) cannot crowd out the losses and restarts.
+MARK_BUDGET = {"lost": 4000, "restart": 4000, "step-failed": 2000, "audit": 4000, "audit-failed": 1000,
+               "note": 4000, "turned-away": 64, "rejoin-wait": 1000, "refused": 1000, "replaced": 4000,
+               "end": 8, "link": 4000, "partition": 1000}
+assert set(MARK_BUDGET) == set(MARKS)
+LINK = ("lost", "delayed", "duplicated", "reordered")    # what a link fault did to a message
 # The events the page draws, each by its Builder._ev_* method: every event of the wire log's
 # schema (tests/test_wire_schema.py holds them equal); any other is counted and ignored.
 KNOWN_EVENTS = {"run", "member", "phase", "attempt", "step", "audit", "audit-failed", "rejoin-wait",
-                "restart", "rank-lost", "step-failed", "note", "turned-away", "idle", "partition", "end"}
+                "restart", "rank-lost", "step-failed", "note", "turned-away", "idle", "end", "partition"}
 WAITING, RUNNING, PREEMPTED = 0, 1, 2
+LINK_NOTE = "the link "     # the notes the link writes (a message's or a cut's mark says each)
 
 
 def is_int(v: Any) -> bool:
@@ -184,6 +192,7 @@ class _RoundTrip:
     plan: int = -1                        # its plan, where it differs from the attempt's
     inside: tuple | None = None           # the rank's own four times, in its clock
     pid: int = -1
+    link: list = field(default_factory=list)   # what the link did to its plan and result ("plan lost")
 
 
 @dataclass
@@ -296,6 +305,8 @@ class Builder:
         self.idle: list[tuple[int, int, float]] = []
         self.marks: list[list] = []
         self.dropped_marks = 0
+        self.marks_of: dict[str, int] = {}         # kind -> marks kept of it (each kind's budget)
+        self.dropped_of: dict[str, int] = {}       # kind -> marks past its budget
         self.members: list[tuple[float, int, int, int, str]] = []   # t, rank, epoch, pid, host
         self.hellos: list[tuple[float, int, int, int]] = []          # t, rank, epoch, pid
         self.handshakes: list[list] = []                            # rank, hello t, ready t
@@ -305,6 +316,7 @@ class Builder:
         self.ranks: set[int] = set()
         self.messages = self.bytes_out = self.bytes_in = 0
         self.has_step_events = False
+        self._last_link: tuple | None = None      # the last message marked for the link (a copy follows it)
 
     # -- the records
 
@@ -337,9 +349,11 @@ class Builder:
 
     def _mark(self, kind: str, t: float, text: str, ranks: list | None = None, step: Any = None,
               epoch: Any = None, dur: float = 0.0) -> None:
-        if len(self.marks) >= MAX_MARKS:
+        if len(self.marks) >= MAX_MARKS or self.marks_of.get(kind, 0) >= MARK_BUDGET[kind]:
             self.dropped_marks += 1
+            self.dropped_of[kind] = self.dropped_of.get(kind, 0) + 1
             return
+        self.marks_of[kind] = self.marks_of.get(kind, 0) + 1
         ranks = sorted({r for r in ranks or () if is_int(r) and 0 <= r <= MAX_RANK})[:64]
         self.marks.append([MARKS.index(kind), t, dur, ranks, step if is_int(step) else -1,
                            epoch if is_int(epoch) else -1, text])
@@ -373,6 +387,9 @@ class Builder:
                 self.bytes_in += num_bytes
         if rank is not None:
             self.ranks.add(rank)
+        if "link" in m and rank is not None and not (
+                kind == "PLAN" and m["dir"] == "out" or kind == "RESULT" and m["dir"] == "in"):
+            self._link(m, t, rank, epoch, step, kind)      # a CONFIG, an AUDIT, ... a cut lost
         if kind == "PLAN" and m["dir"] == "out":
             self._plan(m, t, rank, epoch, step, num_bytes)
         elif kind == "RESULT" and m["dir"] == "in":
@@ -426,12 +443,21 @@ class Builder:
         items = body.get("items") if isinstance(body, dict) else None
         if step is None or not isinstance(items, list):
             raise Malformed("no plan items")
+        link = m.get("link")
+        if link is not None:
+            link = self._link(m, t, rank, epoch, step, "PLAN")
+        if link == "duplicated":                    # its second copy: the same attempt
+            a = self.open.get((step, epoch))
+            if a is not None and rank in a.ranks and a.ranks[rank].sent is not None:
+                return
         a = self._attempt(step, epoch, fresh_for=rank)
         if a is None:
             return
         rt = self._round_trip(a, rank)
         if rt is None:
             return
+        if link is not None and len(rt.link) < 4:
+            rt.link.append(f"plan {link}")
         rt.sent = t
         if a.plan_body is None:
             a.plan_body, a.plan_bytes = items, num_bytes
@@ -447,6 +473,15 @@ class Builder:
         if inside is not None and not (isinstance(inside, list) and len(inside) == 4
                                        and all(is_num(x) and abs(x) < 1e12 for x in inside)):
             raise Malformed("inside")
+        link = m.get("link")
+        if link is not None:
+            link = self._link(m, t, rank, epoch, step, "RESULT")
+            a = self.open.get((step, epoch))
+            rt = a.ranks.get(rank) if a is not None else None
+            if rt is not None and len(rt.link) < 4:
+                rt.link.append(f"result {link}")
+            if link != "duplicated" or rt is None or rt.back is not None:
+                return          # lost, or held to come later: no answer; a second copy: the first stands
         a = self.open.get((step, epoch)) or self._attempt(step, epoch)
         if a is None:
             return
@@ -471,6 +506,27 @@ class Builder:
             rt.result = self.results.add(body, step)
             if len(a.results) < 8:
                 a.results.append((body, rt.result))
+
+    def _link(self, m: dict, t: float, rank: int, epoch: int, step: int | None, kind: str) -> str:
+        """A message a link fault acted on: its mark on the rank's lane (a message the link
+        duplicated is marked once); what the link did."""
+        link = m["link"]
+        if link not in LINK:
+            raise Malformed("link")
+        key = (m["dir"], kind, step, epoch, rank, link)
+        if key != self._last_link:
+            self._last_link = key
+            kind = shown(kind[:16])
+            whom = f"to rank {rank}" if m["dir"] == "out" else f"from rank {rank}"
+            said = {"lost": "lost", "delayed": "delayed", "duplicated": "duplicated",
+                    "reordered": "held back"}[link]
+            text = f"the link {said} the {kind}{f' of step {step}' if step is not None else ''} {whom}"
+            if link == "reordered":
+                text += " until after the next message to it"
+            elif link == "delayed":
+                text += " (delivered late)" if m["dir"] == "out" else " (taken when the link delivers it)"
+            self._mark("link", t, text, [rank], step, epoch)
+        return link
 
     def _event(self, ev: dict) -> None:
         kind = ev["event"]
@@ -601,8 +657,17 @@ class Builder:
         if a is not None and not a.closed and not a.verdict:
             a.verdict = verdict
 
+    def _ev_partition(self, ev: dict, t: float) -> None:
+        rank = _int(ev, "rank", 0, MAX_RANK)
+        seconds = max(_num(ev, "seconds"), 0.0)
+        self._time(t + seconds)
+        self._mark("partition", t, f"the link cut rank {rank} off for {_secs(seconds)}: everything to "
+                   f"and from it lost, then it healed", [rank], ev.get("step"), ev.get("epoch"), dur=seconds)
+
     def _ev_note(self, ev: dict, t: float) -> None:
         rank = ev.get("rank")
+        if isinstance(ev.get("text"), str) and ev["text"].startswith(LINK_NOTE):
+            return             # the link's own words for a message or a cut: its mark says it
         self._mark("note", t, say(ev.get("text")), [rank] if is_int(rank) else [], ev.get("step"),
                    ev.get("epoch"))
 

@@ -87,8 +87,10 @@ const attempts = (D.attempts || []).map((r, i) => {
             plan: w.length > 9 ? w[9] : r[6]};
   });
   const verdict = txt(r[4]);
+  // what the link did to a rank's plan or result ("plan lost"), by rank, where it did anything
+  const links = new Map(Array.isArray(r[8]) ? r[8].map((w) => [w[0], txt(w[1])]) : []);
   return {i: i, step: r[0], epoch: r[1], a: a, b: Math.max(a, r[3]), verdict: verdict,
-          ok: verdict === 'joined', planBytes: r[5], plan: r[6], rts: rts};
+          ok: verdict === 'joined', planBytes: r[5], plan: r[6], rts: rts, links: links};
 });
 const attemptsOf = new Map();
 for (const x of attempts) {
@@ -120,12 +122,14 @@ const COL = {prepare: '#5b8def', execute: '#f0a030', commit: '#3fae6a', recover:
   rt: '#c6d4e9', rtFail: '#f2a09a', rtLost: '#f6c9c5', decode: '#8e6bd1', exec: '#2a9d8f',
   encode: '#d9a400', audit: '#7b8fe0', hand: '#a9dbb3', wait: '#f7c98b', lost: '#d62728',
   restart: '#ef7d0d', note: '#7d8590', peer: '#9b4dca', replaced: '#2f9e44', end: '#333',
+  link: '#0e7490', cut: '#0e7490',
   waiting: '#ead9a6', running: '#4e9a6a', preempted: '#ec8f43', grid: '#eef0f3'};
 
 const marks = (D.marks || []).map((r, i) => ({i: i, kind: KINDS[r[0]] || '?', t: r[1], dur: r[2],
   ranks: r[3], step: r[4], epoch: r[5], text: txt(r[6])}));
 const RANKED = new Set(['lost', 'restart', 'replaced', 'note', 'audit-failed', 'rejoin-wait',
-  'refused']);
+  'refused', 'link', 'partition']);
+const SPANS = new Set(['rejoin-wait', 'partition']);      // marks drawn for their duration
 const TOP = new Set(['lost', 'restart', 'step-failed', 'audit', 'audit-failed', 'end']);
 const stepMarks = marks.filter((m) => TOP.has(m.kind));
 const schedMarks = marks.filter((m) => !m.ranks.length && !TOP.has(m.kind));
@@ -142,7 +146,7 @@ function epochAt(t) {
 
 // each rank: its round trips (sorted by send), processes, audits, joins, waits and marks
 const members = (D.members || []).slice().sort((p, q) => p[4] - q[4]);
-const R = ranks.map((r) => ({rank: r, list: [], audits: [], hands: [], waits: [], marks: [],
+const R = ranks.map((r) => ({rank: r, list: [], audits: [], hands: [], waits: [], cuts: [], marks: [],
   bands: [], pids: [], host: ''}));
 for (const x of attempts) {
   for (const rt of x.rts) {
@@ -176,7 +180,11 @@ for (const m of marks) {
   for (const r of m.ranks) {
     const L = R[laneOfRank.get(r)];
     if (!L) continue;
-    if (m.kind === 'rejoin-wait') L.waits.push(m); else L.marks.push(m);
+    if (m.kind === 'rejoin-wait') L.waits.push(m);
+    else {
+      if (m.kind === 'partition') L.cuts.push(m);       // its span, and its mark where it began
+      L.marks.push(m);
+    }
   }
 }
 const lastT = Math.max(span[1], 0);
@@ -278,7 +286,7 @@ function hatch(color) {
   g.stroke();
   return ctx.createPattern(c, 'repeat');
 }
-const HATCH = {lost: hatch('#d62728'), idle: hatch('#b7bec8'), wait: hatch('#e07b00')};
+const HATCH = {lost: hatch('#d62728'), idle: hatch('#b7bec8'), wait: hatch('#e07b00'), cut: hatch(COL.cut)};
 
 function resize() {
   const r = plot.getBoundingClientRect();
@@ -361,6 +369,16 @@ function icon(kind, x, y, s) {
   } else if (kind === 'turned-away' || kind === 'refused') {
     ctx.fillStyle = COL.peer;
     ctx.fillRect(x - s + 1, y - s + 1, 2 * s - 2, 2 * s - 2);
+  } else if (kind === 'link') {                 // a ring: the link did something to a message
+    ctx.strokeStyle = COL.link;
+    ctx.beginPath(); ctx.arc(x, y, s, 0, 6.3); ctx.stroke();
+    ctx.beginPath(); ctx.moveTo(x - s, y + s); ctx.lineTo(x + s, y - s); ctx.stroke();
+  } else if (kind === 'partition') {            // a cut: two strokes across the lane
+    ctx.strokeStyle = COL.cut;
+    ctx.beginPath();
+    ctx.moveTo(x - s, y + s + 1); ctx.lineTo(x - 1, y - s - 1);
+    ctx.moveTo(x + 1, y + s + 1); ctx.lineTo(x + s, y - s - 1);
+    ctx.stroke();
   } else if (kind === 'end') {
     ctx.strokeStyle = COL.end;
     ctx.beginPath(); ctx.moveTo(x, y - s - 2); ctx.lineTo(x, y + s + 2); ctx.stroke();
@@ -373,7 +391,7 @@ function icon(kind, x, y, s) {
   ctx.restore();
 }
 const WORD = {lost: 'lost', restart: 'restart', replaced: 'new pid', 'step-failed': 'failed',
-  'audit-failed': 'audit failed', end: 'end'};
+  'audit-failed': 'audit failed', end: 'end', link: 'link', partition: 'cut off'};
 
 function drawMarks(list, y, h, seen, words) {
   const tol = 4 * (v1 - v0) / (W - GX);
@@ -391,7 +409,8 @@ function drawMarks(list, y, h, seen, words) {
       const w = ctx.measureText(WORD[m.kind]).width;
       if (lx - x < 90) {
         label(WORD[m.kind], lx, y + h / 2, 80, m.kind === 'restart' ? '#b35900'
-          : m.kind === 'replaced' ? '#1f6f30' : m.kind === 'end' ? COL.end : COL.lost);
+          : m.kind === 'replaced' ? '#1f6f30' : m.kind === 'end' ? COL.end
+            : m.kind === 'link' || m.kind === 'partition' ? COL.link : COL.lost);
         textEnd = lx + w;
       }
       ctx.font = FONT;
@@ -514,6 +533,16 @@ function drawRank(L, y, h, st, seen) {
       label('step ' + it.x.step + (it.x.ok ? '' : ': ' + it.x.verdict), Math.max(GX, x0) + 3,
         top + rh * 0.22, Math.min(W, x1) - Math.max(GX, x0) - 6, '#223');
     }
+  }
+  for (const m of L.cuts) {     // a partition, over the round trips it cut: everything to and from it lost
+    if (m.t > v1 || m.t + m.dur < v0) continue;
+    const cy = top + rh * 0.55, ch = rh * 0.45;
+    box(m.t, m.t + m.dur, cy, ch, '#ffffff');
+    const w = box(m.t, m.t + m.dur, cy, ch, HATCH.cut);
+    ctx.strokeStyle = COL.cut; ctx.lineWidth = 1;
+    ctx.strokeRect(X(m.t) + 0.5, cy + 0.5, Math.max(1, X(m.t + m.dur) - X(m.t) - 1), ch - 1);
+    seen.add(m.i);
+    if (w > 90) label('cut off', Math.max(GX, X(m.t)) + 3, cy + ch / 2, w - 6, COL.cut);
   }
   for (const s of L.audits) {
     if (s.b < v0 || s.a > v1) continue;
@@ -714,7 +743,9 @@ function laneAt(y) {
 function nearMark(list, t, tol) {
   let best = null, bd = Infinity;
   for (const m of list) {
-    const d = m.kind === 'rejoin-wait' ? (t >= m.t && t <= m.t + m.dur ? 0 : Infinity) : Math.abs(m.t - t);
+    const inside = t >= m.t && t <= m.t + m.dur;
+    const d = m.kind === 'rejoin-wait' ? (inside ? 0 : Infinity)
+      : m.kind === 'partition' && inside ? 0 : Math.abs(m.t - t);
     if (d <= tol && d < bd) { best = m; bd = d; }
   }
   return best;
@@ -737,6 +768,7 @@ function rtLines(it) {
         ft(i[3] - i[2]));
     }
   } else out.push('no result in the log');
+  if (x.links.has(r.rank)) out.push('link: ' + x.links.get(r.rank));
   out.push('join: ' + x.verdict);
   return out;
 }
@@ -898,15 +930,23 @@ function planTable(plan) {
 }
 function resultTables(x) {
   const rts = x.rts.slice().sort((p, q) => p.rank - q.rank);
-  table(P, ['rank', 'sent', 'round trip', 'decode', 'execute', 'encode'], rts.map((r) => {
+  const head = ['rank', 'sent', 'round trip', 'decode', 'execute', 'encode'];
+  if (x.links.size) head.push('link');          // what the link did to the rank's plan or result
+  table(P, head, rts.map((r) => {
     const ins = r.inside;
-    return {cells: [r.rank, at(r.sent), r.back === r.back ? ft(r.back - r.sent) : 'no answer',
-      ins ? ft(ins[1] - ins[0]) : '-', ins ? ft(ins[2] - ins[1]) : '-', ins ? ft(ins[3] - ins[2]) : '-']};
+    const cells = [r.rank, at(r.sent), r.back === r.back ? ft(r.back - r.sent) : 'no answer',
+      ins ? ft(ins[1] - ins[0]) : '-', ins ? ft(ins[2] - ins[1]) : '-', ins ? ft(ins[3] - ins[2]) : '-'];
+    if (x.links.size) cells.push(x.links.get(r.rank) || '');
+    return {cells: cells};
   }), new Set([0, 1, 2, 3, 4, 5]));
   const rows = [];
   const first = rts.find((r) => r.result >= 0);
   for (const r of rts) {
-    if (!(r.back === r.back)) { rows.push({cells: [r.rank, '-'], rest: 'no result in the log'}); continue; }
+    if (!(r.back === r.back)) {
+      const why = x.links.has(r.rank) ? ' (link: ' + x.links.get(r.rank) + ')' : '';
+      rows.push({cells: [r.rank, '-'], rest: 'no result in the log' + why});
+      continue;
+    }
     if (r.result < 0) {
       rows.push({cells: [r.rank, hb(r.bytes)], rest: 'result not kept (page size)'});
       continue;
@@ -929,8 +969,10 @@ function resultTables(x) {
     new Set([0, 1, 3, 4, 5]));
 }
 function eventLine(m) {
-  const d = add(P, 'div', 'ev ' + (m.kind === 'lost' || m.kind.indexOf('fail') >= 0 ? 'bad' : ''), '');
-  const bang = m.kind === 'lost' || m.kind === 'step-failed' ? '! ' : '';
+  const d = add(P, 'div', 'ev ' + (m.kind === 'lost' || m.kind.indexOf('fail') >= 0 ? 'bad'
+    : m.kind === 'link' || m.kind === 'partition' ? 'link' : ''), '');
+  const bang = m.kind === 'lost' || m.kind === 'step-failed' || m.kind === 'link' || m.kind === 'partition'
+    ? '! ' : '';
   d.textContent = bang + m.text + '  (' + at(m.t) + ')';
 }
 function showStep(k) {
@@ -1062,6 +1104,9 @@ function header() {
   const lost = markCount.lost || 0, restarts = markCount.restart || 0;
   if (lost || restarts) parts.push(lost + ' loss' + (lost === 1 ? '' : 'es') + ', ' + restarts + ' restart' +
     (restarts === 1 ? '' : 's'));
+  const linked = markCount.link || 0, cuts = markCount.partition || 0;
+  if (linked || cuts) parts.push('the link acted on ' + linked + ' message' + (linked === 1 ? '' : 's') +
+    (cuts ? ', cut ' + cuts + ' time' + (cuts === 1 ? '' : 's') : ''));
   add(run, 'span', '', parts.join(' \u00b7 '));
   if (M.status) {
     add(run, 'span', '', ' \u00b7 ');
@@ -1074,7 +1119,8 @@ function header() {
   const items = [['prepare', COL.prepare], ['execute', COL.execute], ['commit', COL.commit],
     ['recover', COL.recover], ['round trip', COL.rt], ['failed', COL.rtFail], ['rank decode', COL.decode],
     ['rank execute', COL.exec], ['rank encode', COL.encode], ['audit', COL.audit], ['join', COL.hand],
-    ['rejoin wait', COL.wait], ['lost', COL.lost], ['restart', COL.restart], ['waiting', COL.waiting],
+    ['rejoin wait', COL.wait], ['lost', COL.lost], ['restart', COL.restart], ['link, cut off', COL.link],
+    ['waiting', COL.waiting],
     ['running', COL.running], ['preempted', COL.preempted]];
   for (const it of items) {
     const sw = add(lg, 'span', 'sw', '');
