@@ -8,9 +8,10 @@ from typing import NamedTuple
 
 
 def plain(text: str) -> str:
-    """`text` if it is written in ASCII without digit separators, as a number on a command line
-    is; else ValueError (Python's int() and float() would take '１', '١' or '1_0')."""
-    if not text.isascii() or "_" in text:
+    """`text` if it is written as a number on a command line is: ASCII, no digit separator, no
+    sign before it, no space around it; else ValueError (Python's int() and float() would take
+    '１', '١', '1_0', '+2' or ' 2')."""
+    if not text.isascii() or "_" in text or text != text.strip() or text.startswith("+"):
         raise ValueError(f"not a plain number: {text!r}")
     return text
 

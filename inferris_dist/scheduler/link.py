@@ -126,8 +126,10 @@ class Link:
         return _pop_due(self._in)
 
     def forget(self, rank: int) -> None:
-        """Rank `rank`'s member was retired: what the link held for it goes with it."""
+        """Rank `rank`'s member was retired: what the link held for it goes with it, and a cut
+        with it (a partition cuts a member off; its replacement has a link of its own)."""
         self._reordered.pop(rank, None)
+        self.cut.pop(rank, None)
         self._out = [h for h in self._out if h.rank != rank]
         heapq.heapify(self._out)
 
