@@ -152,7 +152,8 @@ class ProcessGroup:
             self.log_dir = make_run_dir()
             template = None
             if options.use_template:
-                template = Template("inferris_dist.rank.cli", self.log_dir, options.start_timeout)
+                template = Template("inferris_dist.rank.cli", self.log_dir, options.start_timeout,
+                                    answer_timeout=min(options.start_timeout, options.step_timeout))
                 try:
                     template.start()
                 except OSError:
