@@ -11,7 +11,7 @@ from pathlib import Path
 import zmq
 
 from inferris_dist.cli import render
-from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK
+from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK, Terminated
 from inferris_dist.engine import Engine, EngineError, WorkloadError, trace_dicts
 from inferris_dist.engine.errors import MachineFailure
 from inferris_dist.observe.timeline import Timeline
@@ -42,7 +42,7 @@ def run_launch(workload, name: str, args) -> int:
     started = time.monotonic()
     engine = group = None
     status = EXIT_OK
-    failure = None
+    failure = interrupted = None
     with ExitStack() as opened:              # bad input before the run: whatever was opened, undone
         html = HtmlPage(getattr(args, "html", None), args.wire_log)
         opened.callback(html.discard)        # (no temporary wire log left behind)
@@ -111,9 +111,17 @@ def run_launch(workload, name: str, args) -> int:
             printer.flush()
             if group is not None:
                 print_failure(out, style, group, engine, err)
+    except (KeyboardInterrupt, Terminated) as stop:   # every worker is stopped by now
+        progress.clear()
+        interrupted = stop
+        if not as_json:
+            printer.flush()
+            if group is not None:                 # what crossed so far, then the summary: said
+                write_boundary(out, style, group.world_size, group.take_attempts(),
+                               engine.take_recoveries() if engine is not None else [])
     finally:
         progress.clear()
-        escaping = sys.exc_info()[1]         # an interrupt (or a bug) on its way out
+        escaping = sys.exc_info()[1] or interrupted   # an interrupt (or a bug) on its way out
         closing = _finish_outputs(log_stream, timeline_stream, timeline, args, metrics_file,
                                   lambda problem: metrics_document(problem, escaping), html.wire_log)
         closing = html.write(name, closing)
@@ -129,6 +137,11 @@ def run_launch(workload, name: str, args) -> int:
         status = EXIT_FAILED
     elif closing is not None:            # the run failed, and an output file too: say both
         render.write_error(closing, sys.stderr, render.Style.for_stream(sys.stderr))
+    if interrupted is not None:
+        if not as_json:
+            print_end(out, style, engine, group, num_steps, metrics)
+        out.flush()
+        raise interrupted              # main says so, and exits 130 (Ctrl-C) or 143 (SIGTERM)
     if as_json:
         if failure is None and engine is not None:     # a finished run's summary stands
             out.write(json.dumps({"summary": engine.summary()}) + "\n")

@@ -20,6 +20,7 @@ from inferris_dist.cli.args import (
     EXIT_TERMINATED,
     EXIT_USAGE,
     Parser,
+    Terminated,
     UsageError,
     int_arg,
     seconds_arg,
@@ -378,10 +379,6 @@ def _attach_dashed_values(argv: list[str]) -> list[str]:
         else:
             out.append(argv[i])
     return out
-
-
-class Terminated(BaseException):
-    """SIGTERM: unwind like Ctrl-C so every worker is stopped on the way out."""
 
 
 def _on_sigterm(signum, frame):
