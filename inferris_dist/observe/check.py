@@ -62,13 +62,21 @@ from inferris_dist.observe.records import workload_fields
 from inferris_dist.observe.schema import ANY, EVENTS, MESSAGE, Field, kind_of
 from inferris_dist.observe.words import shown
 
-__all__ = ["MAX_VIOLATIONS", "Report", "Violation", "check_log"]
+__all__ = ["MAX_VIOLATIONS", "NotTheRunsWorkload", "Report", "Violation", "check_log"]
 
 MAX_VIOLATIONS = 1000       # violations kept whole; past these only counted
 MAX_IN_FLIGHT = 64          # attempts with a plan out and no verdict (a writer's are a few)
 UNDELIVERED = frozenset({"lost"})   # a message's "link" mark saying it never arrived
 SPEC_ORDER = ("step", "admitted", "scheduled", "executed", "sampled", "finished", "preempted", "reused",
               "published", "evicted", "drafted", "accepted", "rolled_back", "discarded", "returned")
+
+
+class NotTheRunsWorkload(WorkloadError):
+    """The workload given to check a log against is not the one the log's run event names."""
+
+    def __init__(self, message: str, given: str, recorded: str):
+        super().__init__(message)
+        self.given, self.recorded = given, recorded
 
 
 @dataclass(frozen=True)
@@ -290,9 +298,11 @@ class _Checker:
             except WorkloadError as e:
                 raise WorkloadError(f"{self.name}: the run's engine values do not apply to the workload "
                                     f"given: {e}") from None
-            if digest is not None and workload_fields(w)["workload_digest"] != digest:
-                raise WorkloadError(f"{self.name}: the workload given is not this run's (the log's digest "
-                                    f"is {shown(str(digest))[:80]}); nothing checked")
+            mine = workload_fields(w)["workload_digest"]
+            if digest is not None and mine != digest:
+                raise NotTheRunsWorkload(f"{self.name}: the workload given is not this run's (its digest is "
+                                         f"{mine[:19]}..., the run's {shown(str(digest))[:19]}...); "
+                                         f"nothing checked", mine, digest)
             self.workload_from = "given" if digest is not None else "given (the log records no digest)"
             return w
         recorded = run.get("workload")
