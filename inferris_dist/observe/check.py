@@ -47,7 +47,7 @@ not the run event, a workload given that is not the run's: WorkloadError, one li
 """
 from __future__ import annotations
 
-import hashlib
+import functools
 import json
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -169,9 +169,12 @@ class _Attempt:
     plan: dict | None = None              # the PLAN body, checked
     plan_line: int = 0
     sent: set = field(default_factory=set)
-    replies: dict = field(default_factory=dict)     # rank -> (line, digest of its body)
+    raw_plan: Any = None                  # the PLAN body as logged (the others compare to it in C)
+    replies: dict = field(default_factory=dict)     # rank -> (line, index of its body in `bodies`)
+    raw: list = field(default_factory=list)         # each distinct RESULT body as logged
+    norm: list = field(default_factory=list)        # its index in `bodies` (-1: it did not decode)
     undecodable: dict = field(default_factory=dict)  # rank -> line of a reply that did not decode
-    bodies: dict = field(default_factory=dict)      # digest -> a body with that digest
+    bodies: list = field(default_factory=list)      # each distinct body, checked (raw's, in order)
     verdict: str | None = None
 
 
@@ -392,19 +395,22 @@ class _Checker:
 
     def plan(self, m: dict, line: int) -> None:
         step, epoch, rank = m["step"], m["epoch"], m["rank"]
-        body = _plan_body(m["body"])
-        if body["step"] != step:
-            self.bad(line, f"a PLAN for step {body['step']} sent as step {step}", step, epoch, rank)
         if step < self.next_step:
             self.bad(line, f"a PLAN for step {step}, which has committed (the next step is "
                            f"{self.next_step})", step, epoch, rank)
         a = self._attempt(step, epoch, line)
+        a.sent.add(rank)
+        raw = m["body"]
+        if a.plan is not None and raw == a.raw_plan:     # every rank gets the same plan: read it once
+            return
+        body = _plan_body(raw)
+        if body["step"] != step:
+            self.bad(line, f"a PLAN for step {body['step']} sent as step {step}", step, epoch, rank)
         if a.plan is None:
-            a.plan, a.plan_line = body, line
+            a.plan, a.raw_plan, a.plan_line = body, raw, line
         elif body != a.plan:
             self.bad(line, f"the PLAN sent to rank {rank} is not the one sent to the others (line "
                            f"{a.plan_line})", step, epoch, rank)
-        a.sent.add(rank)
 
     def _attempt(self, step: int, epoch: int, line: int) -> _Attempt:
         key = (step, epoch)
@@ -421,7 +427,7 @@ class _Checker:
 
     def result(self, m: dict, line: int) -> None:
         step, epoch, rank = m["step"], m["epoch"], m["rank"]
-        body = _result_body(m["body"])
+        raw = m["body"]
         self.results += 1
         key = (step, epoch)
         a = self.attempts.get(key)
@@ -436,16 +442,26 @@ class _Checker:
         elif rank not in a.sent:
             self.bad(line, f"a RESULT from rank {rank} answers no PLAN sent to it for step {step} in epoch "
                            f"{epoch} (the plan went to {_ranks(a.sent)})", step, epoch, rank)
-        if body is None:          # it did not decode: which step it answers is not known, only awaited
+        # the ranks' bodies are the same, as a rule: each compared to those seen (in C), read once
+        seen = next((i for i, other in enumerate(a.raw) if raw == other), None)
+        if seen is None:
+            body = _result_body(raw)
+            index = -1 if body is None else next((j for j, b in enumerate(a.bodies) if b == body), None)
+            if index is None:
+                index = len(a.bodies)
+                a.bodies.append(body)
+            a.raw.append(raw)
+            a.norm.append(index)
+        else:
+            index = a.norm[seen]
+        if index < 0:             # it did not decode: which step it answers is not known, only awaited
             a.undecodable.setdefault(rank, line)
             return
         if rank in a.replies:
             self.bad(line, f"a second RESULT from rank {rank} taken (line {a.replies[rank][0]} was the "
                            f"first; a duplicate is dropped)", step, epoch, rank)
             return
-        digest = hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()
-        a.bodies.setdefault(digest, body)
-        a.replies[rank] = (line, digest)
+        a.replies[rank] = (line, index)
 
     # -- events ---------------------------------------------------------------------------
 
@@ -595,16 +611,19 @@ class _Checker:
             also = (f" (its reply at line {a.undecodable[r]} did not decode)" if r in a.undecodable else "")
             self.bad(line, f"step {step} committed without a RESULT of rank {r} in epoch {epoch} to "
                            f"join{also}", step, epoch, r)
-        digests = [d for _, d in a.replies.values()]
-        if missing or not digests:
+        if missing or not a.replies:
             return None
-        common = max(set(digests), key=lambda d: (digests.count(d), -min(
-            r for r, (_, x) in a.replies.items() if x == d)))
-        base = min(r for r, (_, d) in a.replies.items() if d == common)
-        for r, (at, d) in sorted(a.replies.items()):
-            if d != common:
+        counts: dict[int, int] = {}
+        for _, index in a.replies.values():
+            counts[index] = counts.get(index, 0) + 1
+        # said against the body most ranks sent (the lowest rank's among equals): the join itself
+        # takes no vote, but the one who differs is likelier the one to name
+        common = max(counts, key=lambda i: (counts[i], -min(r for r, (_, x) in a.replies.items() if x == i)))
+        base = min(r for r, (_, i) in a.replies.items() if i == common)
+        for r, (at, index) in sorted(a.replies.items()):
+            if index != common:
                 self.bad(at, f"rank {r}'s RESULT is not rank {base}'s, and step {step} committed: "
-                             f"{_difference(a.bodies[common], a.bodies[d])} (the join takes no vote)",
+                             f"{_difference(a.bodies[common], a.bodies[index])} (the join takes no vote)",
                          step, epoch, r)
                 ok = False
         return a.bodies[common] if ok else None
@@ -915,22 +934,44 @@ NEEDED = {"message": ("dir", "rank", "epoch", "step", "type", "body"),
           "step": ("step", "epoch", "trace"), "end": ("status", "error", "steps")}
 
 
+_PYTHON = {"int": (int,), "number": (int, float), "str": (str,), "bool": (bool,), "null": (type(None),),
+           "list": (list,), "object": (dict,)}
+
+
+def _types(kinds) -> frozenset:
+    return frozenset(t for k in kinds for t in _PYTHON[k])
+
+
+@functools.lru_cache(maxsize=None)
+def _table(spec_id: int, kind: str) -> tuple:
+    """A schema table as the checker reads it: (name, types, needed, item types or None) per field
+    (the Python types of JSON's kinds: a bool is no int, as the schema has it)."""
+    spec = _SPECS[spec_id]
+    needed = NEEDED.get(kind, ())
+    return tuple((name, _types(f.kinds), name in needed, None if f.items is ANY else _types(f.items))
+                 for name, f in spec.items())
+
+
+_SPECS = {id(MESSAGE): MESSAGE, **{id(e.fields): e.fields for e in EVENTS.values()}}
+
+
 def _fields(obj: dict, spec: dict[str, Field], what: str, kind: str) -> None:
     """The schema's fields of `obj`, each of its kind, those the checker reads (NEEDED) there
     (a field the schema does not know is left alone: a newer writer's)."""
-    needed = NEEDED.get(kind, ())
-    for name, f in spec.items():
+    for name, types, needed, items in _table(id(spec), kind):
         if name not in obj:
-            if name in needed:
+            if needed:
                 raise Malformed(f"{what}: no {name}")
             continue
         v = obj[name]
-        kind = kind_of(v)
-        if kind not in f.kinds and not (kind == "int" and "number" in f.kinds):
-            raise Malformed(f"{what}: {name} must be {' or '.join(sorted(f.kinds))}, not {kind}")
-        if kind == "list" and f.items is not ANY and not all(
-                kind_of(x) in f.items or kind_of(x) == "int" and "number" in f.items for x in v):
-            raise Malformed(f"{what}: {name} must hold {' or '.join(sorted(f.items))} only")
+        if type(v) not in types:
+            raise Malformed(f"{what}: {name} must be {_kinds_said(spec[name])}, not {kind_of(v)}")
+        if items is not None and type(v) is list and not set(map(type, v)) <= items:
+            raise Malformed(f"{what}: {name} must hold {' or '.join(sorted(spec[name].items))} only")
+
+
+def _kinds_said(f: Field) -> str:
+    return " or ".join(sorted(f.kinds))
 
 
 def _kind_name(m: dict) -> str:
@@ -945,18 +986,21 @@ OUTCOME = {"request_id": "str", "start_position": "int", "executed_tokens": "int
 
 
 def _shaped(obj: Any, shape: dict[str, str], what: str) -> dict:
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:
         raise Malformed(f"{what} must be an object")
     for key, kind in shape.items():
-        if key not in obj:
-            raise Malformed(f"{what}: no {key}")
-        v = obj[key]
+        v = obj.get(key, _MISSING)
         if kind == "pages":
-            if not (isinstance(v, list) and all(type(p) is int for p in v)):
-                raise Malformed(f"{what}: {key} must be a list of page numbers")
-        elif kind_of(v) != kind:
-            raise Malformed(f"{what}: {key} must be {kind}")
+            if type(v) is not list or not set(map(type, v)) <= _INT:
+                raise Malformed(f"{what}: no {key}" if v is _MISSING
+                                else f"{what}: {key} must be a list of page numbers")
+        elif type(v) is not _PYTHON[kind][0]:
+            raise Malformed(f"{what}: no {key}" if v is _MISSING else f"{what}: {key} must be {kind}")
     return obj
+
+
+_MISSING = object()
+_INT = frozenset((int,))
 
 
 def _plan_body(body: Any) -> dict:
