@@ -89,13 +89,16 @@ class Violation:
     rank: int | None = None
 
     def where(self) -> str:
-        parts = [f"line {self.line}" if self.line is not None else "the log"]
-        parts += [f"{k} {v}" for k, v in (("step", self.step), ("epoch", self.epoch), ("rank", self.rank))
-                  if v is not None]
-        return ", ".join(parts)
+        """"line 12: step 3, epoch 1, rank 2" (what is known of it)."""
+        known = ", ".join(f"{k} {v}" for k, v in (("step", self.step), ("epoch", self.epoch),
+                                                   ("rank", self.rank)) if v is not None)
+        if self.line is None:
+            return known
+        return f"line {self.line}: {known}" if known else f"line {self.line}"
 
     def __str__(self) -> str:
-        return f"{self.where()}: {self.what}"
+        where = self.where()
+        return f"{where}: {self.what}" if where else self.what
 
     def to_json(self) -> dict:
         return {"line": self.line, "step": self.step, "epoch": self.epoch, "rank": self.rank,
@@ -138,7 +141,7 @@ class Report:
     def lines(self) -> list[str]:
         """The report for people: one line per violation (`LOG line N: step S, ...: what`), then
         the summary line."""
-        return [f"{self.log} {v}" for v in self.violations] + (
+        return [f"{self.log}{' ' if v.line is not None else ': '}{v}" for v in self.violations] + (
             [f"{self.log}: ... and {self.more} more violations"] if self.more else []) + [self.summary()]
 
     def to_json(self) -> dict:
@@ -180,7 +183,7 @@ class _Attempt:
 
 @dataclass
 class _Request:
-    generated: int = 0
+    generated: int | None = 0             # None: not known since a step that could not be followed
     computed: int | None = 0              # None: not known from the log (see _after_step)
     state: str = "WAITING"
     finish: str | None = None
@@ -458,8 +461,8 @@ class _Checker:
             a.undecodable.setdefault(rank, line)
             return
         if rank in a.replies:
-            self.bad(line, f"a second RESULT from rank {rank} taken (line {a.replies[rank][0]} was the "
-                           f"first; a duplicate is dropped)", step, epoch, rank)
+            self.bad(line, f"two RESULTs from rank {rank} taken, at lines {a.replies[rank][0]} and {line} "
+                           f"(a duplicate is dropped)", step, epoch, rank)
             return
         a.replies[rank] = (line, index)
 
@@ -589,10 +592,8 @@ class _Checker:
                            f"nothing to join", step, epoch)
         else:
             joined = self._joined(a, line)
-        if joined is not None:
-            self._follows(a.plan, joined, trace, line, step, epoch)
-        else:
-            self.last_decodes, self.last_decodes_step = {}, step
+        if joined is None or not self._follows(a.plan, joined, trace, line, step, epoch):
+            self._unfollowed(None if a is None else a.plan, trace, line, step, epoch)
         if self.promise == "traces" and not self.diverged:
             self._same_as_reference(trace, next(self.reference, None), line, step, epoch)
         self.committed += 1
@@ -630,7 +631,7 @@ class _Checker:
 
     # -- the step from its plan and its result ------------------------------------------------
 
-    def _follows(self, plan: dict, outcomes: list, trace: dict, line: int, step: int, epoch: int) -> None:
+    def _follows(self, plan: dict, outcomes: list, trace: dict, line: int, step: int, epoch: int) -> bool:
         """Phase 9's checks of the joined result against the plan, then the trace against both."""
         def say(what: str) -> None:
             self.bad(line, what, step, epoch)
@@ -640,7 +641,7 @@ class _Checker:
         self.last_decodes, self.last_decodes_step = {}, step
         if len(outcomes) != len(items):
             say(f"the joined result has {len(outcomes)} outcomes for the plan's {len(items)} items")
-            return
+            return False
         valid = True
         for i, (item, out) in enumerate(zip(items, outcomes)):
             rid = item["request_id"]
@@ -669,8 +670,9 @@ class _Checker:
                 say(f"{_id(rid)} accepted {out['accepted']}, allowed 0..{high}")
                 valid = False
         if not valid:
-            return
+            return False
         self._trace_follows(items, outcomes, trace, say)
+        return True
 
     def _trace_follows(self, items: list, outcomes: list, trace: dict, say) -> None:
         fields = set(trace)
@@ -727,7 +729,7 @@ class _Checker:
                 accepted[rid] = a
                 ceiling = out["accepted"]
                 req, spec = self.requests.get(rid), (self.specs or {}).get(rid)
-                if spec is not None and req is not None:
+                if spec is not None and req is not None and req.generated is not None:
                     clamp = (ceiling if spec.eos_after is None
                              else min(ceiling, spec.eos_after - req.generated))
                     if a != clamp:
@@ -758,53 +760,48 @@ class _Checker:
             say(f"published {_json(trace['published'])} names requests that did not run, or out of order")
         self._after_step(items, ran, trace, accepted, say)
 
+    def _request(self, rid: str, say) -> _Request:
+        r = self.requests.get(rid)
+        if r is None:
+            if self.specs is not None:
+                say(f"{_id(rid)} is no request of the workload")
+            r = self.requests[rid] = _Request()
+        return r
+
     def _after_step(self, items: list, ran: list, trace: dict, accepted: dict, say) -> None:
         """Each request's state after the step, from the trace and the outcomes (the summary is
         rebuilt from these); with the workload known, who samples and finishes, exactly."""
-        reqs, specs = self.requests, self.specs
-        known = specs is not None
-
-        def req(rid: str) -> _Request:
-            r = reqs.get(rid)
-            if r is None:
-                if known:
-                    say(f"{_id(rid)} is no request of the workload")
-                r = reqs[rid] = _Request()
-            return r
-
-        for rid in _list(trace, "admitted"):
-            r = req(rid)
-            if r.state != "WAITING":
-                say(f"{_id(rid)} admitted again ({r.state.lower()})")
-            r.state = "RUNNING"
+        specs = self.specs or {}
+        self._admitted(trace, say)
         preempted = set(_list(trace, "preempted")) if "preempted" in trace else set()
         reused = _obj(trace, "reused") if "reused" in trace else {}
         in_plan = {it["request_id"] for it in items}
         if self.rung != "overlap":               # an item starts at its request's committed frontier
             for it in items:
                 rid = it["request_id"]
-                r = req(rid)
-                frontier = reused.get(rid, 0 if rid in preempted else r.computed)
+                frontier = reused.get(rid, 0 if rid in preempted else self._request(rid, say).computed)
                 if frontier is not None and it["start_position"] != frontier:
                     say(f"{_id(rid)}'s item starts at {it['start_position']}, its committed frontier is "
                         f"{frontier}")
         for rid in preempted | set(reused):
             if rid not in in_plan:
-                req(rid).computed = (None if rid in preempted and rid in reused
-                                     else reused.get(rid, 0))
+                self._request(rid, say).computed = (None if rid in preempted and rid in reused
+                                                    else reused.get(rid, 0))
         sampled, finished = _obj(trace, "sampled"), _obj(trace, "finished")
-        want_sampled, want_finished = {}, {}
+        want_sampled, want_finished, judged = {}, {}, set()
         for it, out in ran:
             rid = it["request_id"]
-            r = req(rid)
+            r = self._request(rid, say)
             a = accepted.get(rid, 0)
-            r.computed = out["start_position"] + out["executed_tokens"] - (it["num_tokens"] - 1 - a
-                                                                         if it["decode"] and rid in accepted
-                                                                         else 0)
+            back = it["num_tokens"] - 1 - a if it["decode"] and rid in accepted else 0
+            r.computed = out["start_position"] + out["executed_tokens"] - back
+            if r.generated is None:
+                continue                         # not known since a step that could not be followed
             r.generated += a
-            spec = specs.get(rid) if known else None
+            spec = specs.get(rid)
             if spec is None:
                 continue
+            judged.add(rid)
             if r.computed == len(spec.tokens) + r.generated:
                 if spec.eos_after is not None and r.generated >= spec.eos_after:
                     want_sampled[rid] = want_finished[rid] = "EOS"
@@ -812,17 +809,43 @@ class _Checker:
                     want_sampled[rid] = "TOKEN"
                     if r.generated + 1 >= spec.max_new_tokens:
                         want_finished[rid] = "LENGTH"
-        if known:
-            if list(sampled.items()) != list(want_sampled.items()):
-                say(f"sampled {_json(sampled)}, where the computed frontiers say {_json(want_sampled)}")
-            if list(finished.items()) != list(want_finished.items()):
-                say(f"finished {_json(finished)}, where the samples say {_json(want_finished)}")
+        if judged:
+            got = [(k, v) for k, v in sampled.items() if k in judged]
+            if got != list(want_sampled.items()):
+                say(f"sampled {_json(dict(got))}, where the computed frontiers say {_json(want_sampled)}")
+            got = [(k, v) for k, v in finished.items() if k in judged]
+            if got != list(want_finished.items()):
+                say(f"finished {_json(dict(got))}, where the samples say {_json(want_finished)}")
         for rid, s in sampled.items():
-            if s == "TOKEN":
-                req(rid).generated += 1
-        for rid, f in finished.items():
-            r = req(rid)
+            r = self._request(rid, say)
+            if s == "TOKEN" and r.generated is not None:
+                r.generated += 1
+        self._finished(trace, say)
+
+    def _admitted(self, trace: dict, say) -> None:
+        for rid in _list(trace, "admitted"):
+            r = self._request(rid, say)
+            if r.state != "WAITING":
+                say(f"{_id(rid)} admitted again ({r.state.lower()})")
+            r.state = "RUNNING"
+
+    def _finished(self, trace: dict, say) -> None:
+        for rid, f in _obj(trace, "finished").items():
+            r = self._request(rid, say)
             r.state, r.finish = "FINISHED", f
+
+    def _unfollowed(self, plan: dict | None, trace: dict, line: int, step: int, epoch: int) -> None:
+        """A step committed that could not be followed (no joined result, one that fails phase
+        9): what it did to its requests is not known from here on, but who it admitted and
+        finished; said once, where it failed."""
+        def say(what: str) -> None:
+            self.bad(line, what, step, epoch)
+        self._admitted(trace, say)
+        for it in (plan or {}).get("items", ()):
+            r = self._request(it["request_id"], say)
+            r.computed = r.generated = None
+        self._finished(trace, say)
+        self.last_decodes, self.last_decodes_step = {}, step
 
     # -- the reference ------------------------------------------------------------------------
 
@@ -880,6 +903,9 @@ class _Checker:
         if self.reference is None:
             return
         line, status, error = self.end_line, self.end["status"], self.end["error"]
+        error = error if isinstance(error, dict) else {}
+        rebuilt = self._summary()
+        unknown = any(r["generated"] is None or r["computed"] is None for r in rebuilt)
         if self.promise == "traces":
             if self.diverged:
                 return
@@ -891,9 +917,9 @@ class _Checker:
                             if want is not None else "ends")
                     self.bad(line, f"the run ended ok after {self.next_step} steps where the reference "
                                    f"{what}")
-                elif want["summary"] != self._summary():
+                elif not unknown and want["summary"] != rebuilt:    # (unknown: the steps are compared)
                     self.bad(line, f"the summary rebuilt from the steps is not the reference's: "
-                                   f"{_summary_difference(self._summary(), want['summary'])}")
+                                   f"{_summary_difference(rebuilt, want['summary'])}")
                 return
             self.compared = "prefix"
             if want is not None and "error" in want:
@@ -909,15 +935,19 @@ class _Checker:
             self.compared = None
             self.why_not = "recompute promises a summary, and the run failed"
             return
+        if unknown:
+            self.compared = None
+            self.why_not = "a committed step could not be followed: the summary cannot be rebuilt"
+            return
         want = None
         for want in self.reference:
             pass
         if want is None or "summary" not in want:
             self.bad(line, f"the run ended ok, the reference failed "
                            f"({shown(str((want or {}).get('error')))})")
-        elif want["summary"] != self._summary():
+        elif want["summary"] != rebuilt:
             self.bad(line, f"the summary rebuilt from the steps is not the reference's: "
-                           f"{_summary_difference(self._summary(), want['summary'])} (recompute promises "
+                           f"{_summary_difference(rebuilt, want['summary'])} (recompute promises "
                            f"the same summary)")
 
 
