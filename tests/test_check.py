@@ -363,3 +363,14 @@ def test_a_long_log_is_checked_in_memory_that_does_not_grow_with_it(tmp_path):
     assert out.startswith(f"{big}: ok: 2500 steps in 2500 attempts, 1 epoch, 8 ranks; 20000 results "
                           f"taken"), out
     assert peak - base < 4 << 20 and peak < size * 3 / 4, (base, peak, size)   # 100 steps or 2500
+
+
+def test_a_big_workload_is_recorded_by_its_digest_only_and_the_library_names_the_checker():
+    big = load_workload({"requests": [{"request_id": f"r{i}", "prompt_len": 1000, "max_new_tokens": 1}
+                                      for i in range(200)]})
+    fields = workload_fields(big)
+    assert set(fields) == {"workload_digest"} and fields["workload_digest"].startswith("sha256:")
+    small = workload_fields(load_workload(DEMO))
+    assert load_workload(small["workload"]) == load_workload(DEMO)
+    assert workload_fields(load_workload(small["workload"])) == small     # the digest of what it holds
+    assert testing.check_history is check_log and "check_history" in testing.__all__
