@@ -12,7 +12,8 @@ Real wire logs, recorded once per module by real runs on worker processes:
 3. the workload: recorded in the run event (a digest always); --spec of the run's workload is
    used, of another one refused (exit status 2, one line);
 4. bad input is one line and exit status 2; --json is one object of the documented shape;
-   exit status 1 for violations;
+   exit status 1 for violations; a newer writer's fields and events are left alone; whatever
+   a log is changed to, a report or bad input, never another exception;
 5. a long log is checked in memory that does not grow with it.
 """
 from __future__ import annotations
@@ -263,6 +264,55 @@ def test_a_trace_the_reference_does_not_have_is_a_broken_promise(logs, tmp_path)
     report = check_log(write(tmp_path / "t.jsonl", objs))
     assert [(v.line, v.step) for v in report.violations] == [(i + 1, 1)]
     assert "is not the reference's: published {}" in report.violations[0].what
+
+
+@pytest.mark.procs
+def test_a_newer_writers_fields_and_events_are_left_alone_and_a_lost_message_is_not_joined(logs, tmp_path):
+    objs = records(logs["restore"])
+    for o in objs:
+        if "dir" in o:
+            o["link"] = "delayed"                # what the link did to it: nothing the checker relies on
+    objs.insert(5, {"t": 1.0, "event": "partition", "ranks": [0, 1], "dur": 0.5})
+    assert check_log(write(tmp_path / "newer.jsonl", objs)).ok
+    i = find(objs, type="RESULT", step=4, rank=1)
+    objs[i]["link"] = "lost"                     # it never arrived: it cannot have been joined
+    report = check_log(write(tmp_path / "lost.jsonl", objs))
+    assert [(v.step, v.rank) for v in report.violations] == [(4, 1)], report.lines()
+    assert "without a RESULT of rank 1" in report.violations[0].what
+
+
+@pytest.mark.procs
+def test_whatever_a_log_is_changed_to_the_checker_reports_or_refuses_it(logs, tmp_path):
+    """Random changes to a real log (a field's value, a field gone, a line gone or moved): a
+    report or bad input, never another exception."""
+    import random
+    rng = random.Random(4)
+    values = [0, 1, -1, 7, 10 ** 12, None, True, "x", [], {}, [1], {"a": 1}, 0.5, "RESULT", "joined"]
+    source = records(logs["overlap-restore"])
+    outcomes = {"ok": 0, "violations": 0, "bad input": 0}
+    for _ in range(120):
+        objs = json.loads(json.dumps(source))
+        i = rng.randrange(len(objs))
+        node, key = objs, i
+        while isinstance(node[key], (dict, list)) and node[key] and rng.random() < 0.7:
+            node = node[key]
+            key = rng.choice(list(node)) if isinstance(node, dict) else rng.randrange(len(node))
+        change = rng.random()
+        if change < 0.1:
+            del objs[i]
+        elif change < 0.2:
+            objs.insert(rng.randrange(len(objs)), objs.pop(i))
+        elif change < 0.3 and isinstance(node, dict):
+            del node[key]
+        else:
+            node[key] = rng.choice(values)
+        try:
+            report = check_log(write(tmp_path / "changed.jsonl", objs))
+        except WorkloadError:
+            outcomes["bad input"] += 1
+        else:
+            outcomes["ok" if report.ok else "violations"] += 1
+    assert all(outcomes.values()), outcomes
 
 
 # -- 4. bad input ----------------------------------------------------------------------------

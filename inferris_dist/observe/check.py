@@ -290,6 +290,10 @@ class _Checker:
             self.bad(line, f"the config's world_size {config.get('world_size')} is not the run's {n}")
         self.members = {r: None for r in range(n)}
         self.workload = self._workload(obj, line)
+        if self.workload is not None and obj.get("requests", len(self.workload.requests)) != len(
+                self.workload.requests):
+            self.bad(line, f"the run event counts {obj['requests']} requests, its workload has "
+                           f"{len(self.workload.requests)}")
         if self.workload is not None:
             self._start_reference(obj)
 
@@ -360,7 +364,12 @@ class _Checker:
                 self.bad(line, f"a {_kind_name(m)} sent in epoch {epoch} while the run is in epoch "
                                f"{self.epoch} (epochs move only by a restart)", step, epoch, rank)
                 return
-            if kind == "PLAN":
+            if kind in ("PLAN", "AUDIT") and self.members.get(rank) is None:
+                self.bad(line, f"a {kind} sent to rank {rank}, which no member holds (no member event "
+                               f"admitted one since {self._since(rank)})", step, epoch, rank)
+            if kind == "CONFIG":
+                self.config(m, line)
+            elif kind == "PLAN":
                 self.plan(m, line)
             elif kind == "AUDIT":
                 sent, _ = self._audit((step, epoch))
@@ -378,6 +387,9 @@ class _Checker:
                 self.bad(line, f"a {_kind_name(m)} of epoch {epoch} taken in epoch {self.epoch} (a reply "
                                f"of another epoch is dropped, never taken)", step, epoch, rank)
             return
+        if kind in ("RESULT", "SHARD") and self.members.get(rank) is None:
+            self.bad(line, f"a {kind} taken from rank {rank}, which no member holds (no member event "
+                           f"admitted one since {self._since(rank)})", step, epoch, rank)
         if kind == "RESULT":
             self.result(m, line)
         elif kind == "SHARD":
@@ -387,6 +399,30 @@ class _Checker:
                 self.bad(line, f"a SHARD from rank {rank} answers no AUDIT sent to it for step {step} in "
                                f"epoch {epoch}", step, epoch, rank)
             got.add(rank)
+
+    def config(self, m: dict, line: int) -> None:
+        """A member's CONFIG: the run's page geometry and, with the workload known, its accept
+        scripts (what the ranks' verdicts come from)."""
+        body, rank = m["body"], m["rank"]
+        if not isinstance(body, dict):
+            return
+        run = self.run_event["config"]
+        for key in ("num_pages", "page_size"):
+            if key in body and key in run and body[key] != run[key]:
+                self.bad(line, f"rank {rank} configured with {key} {_json(body[key])}, the run's is "
+                               f"{run[key]}", m["step"], m["epoch"], rank)
+        if self.specs is not None and "accept_scripts" in body:
+            want = {rid: list(r.accept_script) for rid, r in self.specs.items()
+                    if r.accept_script is not None}
+            if body["accept_scripts"] != want:
+                self.bad(line, f"rank {rank} configured with accept scripts "
+                               f"{_json(body['accept_scripts'])}, the workload's are {_json(want)}",
+                         m["step"], m["epoch"], rank)
+
+    def _since(self, rank: int) -> str:
+        old = self.retired.get(rank)
+        return ("the run began" if old is None
+                else f"its member of epoch {old[0]} was retired in epoch {old[1]}")
 
     def _audit(self, key) -> tuple[set, set]:
         rounds = self.audits
@@ -574,6 +610,7 @@ class _Checker:
 
     def ev_step(self, ev: dict, line: int) -> None:
         step, epoch, trace = ev["step"], ev["epoch"], ev["trace"]
+        _trace_shape(trace)
         self._same_epoch(ev, line, f"step {step} committed")
         if step != self.next_step:
             self.bad(line, f"step {step} committed where step {self.next_step} is next (steps commit in "
@@ -607,6 +644,9 @@ class _Checker:
             self.bad(line, f"step {step} committed, though its attempt in epoch {epoch} failed "
                            f"({shown(a.verdict)[:80]})", step, epoch)
             ok = False
+        elif a.verdict is None and self.attempt_events:       # a writer that says verdicts said none
+            self.bad(line, f"step {step} committed with no verdict on its attempt in epoch {epoch}",
+                     step, epoch)
         missing = [r for r in range(self.n) if r not in a.replies]
         for r in missing:
             also = (f" (its reply at line {a.undecodable[r]} did not decode)" if r in a.undecodable else "")
@@ -881,6 +921,8 @@ class _Checker:
         status, error = ev["status"], ev["error"]
         if ev["steps"] != self.next_step:
             self.bad(line, f"the end says {ev['steps']} steps; the log's steps are {self.next_step}")
+        if status not in ("ok", "failed"):
+            self.bad(line, f"the end's status is {_json(status)}, neither ok nor failed")
         if status == "ok" and error is not None:
             self.bad(line, "the end says ok, with an error")
         if status == "failed" and not (isinstance(error, dict) and isinstance(error.get("error"), str)):
@@ -1006,7 +1048,7 @@ def _kinds_said(f: Field) -> str:
 
 def _kind_name(m: dict) -> str:
     kind = m.get("type")
-    return shown(kind)[:32] if isinstance(kind, str) else "message"
+    return shown(kind)[:32] if isinstance(kind, str) else "wire"
 
 
 ITEM = {"request_id": "str", "start_position": "int", "num_tokens": "int", "draft_len": "int",
@@ -1054,6 +1096,28 @@ def _result_body(body: Any) -> list | None:
     if not isinstance(body, list):
         raise Malformed('RESULT message: body must be a list of outcomes or {"undecodable": TEXT}')
     return [{k: _shaped(o, OUTCOME, f"RESULT outcome {i}")[k] for k in OUTCOME} for i, o in enumerate(body)]
+
+
+TRACE_SHAPES = {  # a trace's fields (SPEC §4, §7) as the checker reads them
+    **dict.fromkeys(("admitted", "scheduled", "preempted"), (list, str)), "evicted": (list, int),
+    **dict.fromkeys(("executed", "reused", "published", "drafted", "accepted", "rolled_back", "discarded",
+                     "returned"), (dict, int)),
+    **dict.fromkeys(("sampled", "finished"), (dict, str)),
+}
+
+
+def _trace_shape(trace: dict) -> None:
+    """A step event's trace: each field the checker reads of its shape (a list of ids or pages, an
+    object of counts or names), or the record is malformed."""
+    for key, (outer, inner) in TRACE_SHAPES.items():
+        v = trace.get(key)
+        if v is None:
+            continue
+        values = v if outer is list else v.values() if type(v) is dict else None
+        if type(v) is not outer or not set(map(type, values)) <= {inner}:
+            raise Malformed(f"step event: the trace's {key} must be "
+                            f"{'a list' if outer is list else 'an object'} of "
+                            f"{'names' if inner is str else 'whole numbers'}")
 
 
 def _obj(trace: dict, key: str) -> dict:
