@@ -11,7 +11,9 @@ rank where known) and what was checked. The checks:
 - Epochs and members. Epochs only move forward, by a `restart` into a later one; everything
   sent, every member admitted, every reply taken, every step committed is of the epoch the
   run is in. A reply of an older epoch is dropped (`"dropped": ...`), never taken: one taken
-  from a member a restart retired is named as such.
+  from a member a restart retired is named as such. A plan goes to, and a result comes from,
+  a rank a member holds (a `member` event since the rank's last retirement); each member is
+  configured with the run's page geometry and, with the workload known, its accept scripts.
 - The step follows from its plan and its joined result, where that is exact (SPEC §3.6 to
   §3.13, §7): the result validates against the plan as phase 9 does (outcome per item, start,
   tokens executed, pages written, accepted within the drafts; at rung overlap an item planned
@@ -34,12 +36,19 @@ rank where known) and what was checked. The checks:
 What cannot be checked from a log: a dropped reply's plan (only replies taken are matched to
 plans sent), what a shard held (the SHARD bodies are not replayed against a pool), the cache's
 choices (`published` counts, `evicted`, `preempted`, `reused` amounts are taken as they are,
-and checked by the reference where there is one), timing.
+and checked by the reference where there is one), timing. A step whose result cannot be joined
+or fails phase 9 is said once; what it did to its requests is then unknown, and so is the
+summary, which is not compared (the trace still is, step by step).
+
+Tolerant of a newer writer: fields and events the schema does not name are left alone; a
+message the link marks lost (`"link": "lost"`) never arrived (a PLAN so marked was not sent,
+a RESULT so marked cannot be joined). An older writer's log may lack what the checker does not
+read (NEEDED says what it does).
 
 Bounded: the log is streamed, one record at a time. Kept are the attempts in flight (their
-plan once, a digest of each rank's result), a few numbers per rank and per request, the
-reference engine, and at most MAX_VIOLATIONS violations (the rest are counted): memory grows
-with the ranks, the requests and the steps in flight, not with the log's length.
+plan once, each distinct result once), a few numbers per rank and per request, the reference
+engine, and at most MAX_VIOLATIONS violations (the rest are counted): memory grows with the
+ranks, the requests and the steps in flight, not with the log's length.
 
 Bad input, not a violation: a log that is not a wire log, a record malformed (a field of the
 wrong kind, by the schema; a plan or a result of the wrong shape), a log whose first record is
