@@ -322,7 +322,7 @@ class _Checker:
                 raise NotTheRunsWorkload(f"{self.name}: the workload given is not this run's (its digest is "
                                          f"{mine[:19]}..., the run's {shown(str(digest))[:19]}...); "
                                          f"nothing checked", mine, digest)
-            self.workload_from = "given" if digest is not None else "given (the log records no digest)"
+            self.workload_from = "given"           # (a log without a digest: taken as given)
             return w
         recorded = run.get("workload")
         if recorded is None:
