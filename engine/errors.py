@@ -55,9 +55,19 @@ class OutOfPages(EngineError):
 
 
 class GroupViolation(EngineError):
-    """The rank results do not agree exactly, or do not cover the group (phase 8)."""
+    """The rank results do not agree exactly, or do not cover the group (phase 8). When they
+    disagree, `where` (the first item and field they differ on) and `sides` (each value
+    reported there, with the ranks that reported it) say what each rank reported."""
 
     kind = "GroupViolation"
+    where: str | None = None
+    sides: list | None = None
+
+    def to_json(self) -> dict:
+        out = super().to_json()
+        if self.sides is not None:
+            out["where"], out["sides"] = self.where, self.sides
+        return out
 
 
 class BoundaryViolation(EngineError):

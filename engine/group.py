@@ -27,12 +27,61 @@ def join(results: Iterable[RankExecutionResult], world_size: int, step: int) -> 
         if r.step != step:
             raise GroupViolation(f"rank {r.rank} answers step {r.step}, want {step}")
     first = by_rank[0]
-    for r in by_rank[1:]:
-        if r.outcomes != first.outcomes:
-            raise GroupViolation(f"rank {r.rank} disagrees with rank {first.rank}: "
-                                 f"{describe_difference(first.outcomes, r.outcomes)}",
-                                 ranks=(first.rank, r.rank))   # no majority: nobody is blamed
+    if any(r.outcomes != first.outcomes for r in by_rank[1:]):
+        raise disagreement(by_rank)
     return ExecutionResult(step, first.outcomes)
+
+
+def disagreement(by_rank: list[RankExecutionResult]) -> GroupViolation:
+    """What each rank reported, side by side, at the first item and field where they differ.
+    Nothing commits without every rank (no majority): which side is smaller is said as
+    information, never as a verdict, and nobody is blamed."""
+    where, sides = _first_split(by_rank)
+    said = "; ".join(f"{_who(ranks)} {'says' if len(ranks) == 1 else 'say'} {_short(value)}"
+                     for value, ranks in sides)
+    sizes = sorted(len(ranks) for _, ranks in sides)
+    alone = [ranks for _, ranks in sides if len(ranks) == sizes[0]]
+    note = ""
+    if len(sides) == 2 and sizes[0] < sizes[1]:
+        note = f" ({_who(alone[0])} in the minority: nothing commits without every rank)"
+    err = GroupViolation(f"the ranks disagree on {where}: {said}{note}",
+                         ranks=tuple(r.rank for r in by_rank))
+    err.sides = [{"ranks": list(ranks), "value": value} for value, ranks in sides]
+    err.where = where
+    return err
+
+
+def _first_split(by_rank: list[RankExecutionResult]) -> tuple[str, list]:
+    """(where, [(value, ranks)]): the first item and field the ranks' outcomes differ on, and
+    the ranks that reported each value there, in the order of their lowest rank."""
+    outcomes = [r.outcomes for r in by_rank]
+    if len({len(o) for o in outcomes}) > 1:
+        return "the number of outcomes", _sides(by_rank, [len(o) for o in outcomes])
+    for i in range(len(outcomes[0])):
+        items = [o[i] for o in outcomes]
+        for field in ItemOutcome._fields:
+            values = [getattr(x, field) for x in items]
+            if any(v != values[0] for v in values):
+                rid = items[0].request_id if field != "request_id" else i
+                return f"item {i} ({rid}) {field}", _sides(by_rank, values)
+    return "their outcomes", _sides(by_rank, outcomes)   # pragma: no cover: a field differs
+
+
+def _sides(by_rank, values) -> list:
+    sides: dict = {}
+    for r, v in zip(by_rank, values):
+        sides.setdefault(_hashable(v), (v, []))[1].append(r.rank)
+    return [(v if not isinstance(v, tuple) else list(v), ranks) for v, ranks in sides.values()]
+
+
+def _hashable(v):
+    return v if not isinstance(v, list) else tuple(v)
+
+
+def _who(ranks: list[int]) -> str:
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + ", ".join(map(str, ranks))
 
 
 def describe_difference(a: tuple[ItemOutcome, ...], b: tuple[ItemOutcome, ...]) -> str:

@@ -155,10 +155,7 @@ def assert_holds(local: list[dict], run: Run | list[dict], policy: str | None = 
 def first_difference(a: list[dict], b: list[dict]) -> str | None:
     """The first line where `a` (in process) and `b` (on processes) differ, in words; an error
     line compares by its kind and step."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if "error" in x or "error" in y:
-            x = {k: x.get(k) for k in ("error", "step")} if "error" in x else x
-            y = {k: y.get(k) for k in ("error", "step")} if "error" in y else y
+    for i, (x, y) in enumerate(zip(comparable(a), comparable(b))):
         if x != y:
             where = f"step {x['step']}" if "step" in x else f"line {i + 1}"
             return f"{where}, {_first_field(x, y)}"

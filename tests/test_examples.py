@@ -31,7 +31,8 @@ def example(name: str, *args, cwd, timeout: float = 90) -> str:
 def test_every_example_is_run_here():
     ran = {"library.py", "serving.py", "bench_boundary.py", "bench_overlap.py", "bench_hosts.py",
            "faults.sh", "faulty.spec.json",           # faults.sh's workload
-           "bare_echo.py"}                            # bench_boundary.py's transport floor
+           "bare_echo.py",                            # bench_boundary.py's transport floor
+           "test_my_executor.py"}                     # test_testing_api.py: pytest in a clean venv
     assert {p.name for p in EXAMPLES.iterdir() if p.is_file()} == ran
 
 

@@ -377,3 +377,17 @@ def test_a_bad_fault_in_the_workload_says_it_came_from_the_workload(tmp_path):
 def test_a_negative_fault_rank_is_out_of_range_not_a_missing_argument():
     done = cli("launch", "--fault", "-1:crash@3")
     assert done.returncode == 2 and "rank -1 is outside 0..3" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["launch", "--worldsize", "4"],
+     "inferris-dist launch: unknown flag --worldsize (did you mean --world-size?)"),
+    (["launch", "--world", "4"], "inferris-dist launch: unknown flag --world (did you mean --world-size?)"),
+    (["run", "--fault", "1:crash@2"],
+     "inferris-dist run: --fault is a flag of compare and launch, not of run"),
+    (["compare", "--on-rank", "restore"], "did you mean --on-rank-loss?"),
+])
+def test_a_mistyped_or_misplaced_flag_names_the_closest_and_no_prefix_is_taken(args, says):
+    done = subprocess.run([*CLI, *args], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1 and says in done.stderr, done.stderr

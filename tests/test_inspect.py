@@ -122,8 +122,8 @@ def test_a_crash_restored_shows_both_attempts_the_loss_and_the_restart(logs):
 def test_a_disagreement_names_the_group_violation(logs):
     lines = inspect(logs["disagree"])
     assert rows(lines)[-1] == (3, 0, 1, "GroupViolation")
-    assert lines[-2].strip() == ("! GroupViolation at step 3, epoch 0: rank 1 disagrees with rank 0: "
-                                 "item 0 (p0) accepted 1 vs 0")
+    assert lines[-2].strip() == ("! GroupViolation at step 3, epoch 0: the ranks disagree on item 0 (p0) "
+                                 "accepted: rank 0 says 1; rank 1 says 0")
 
 
 def test_idle_steps_are_one_line_and_count_as_steps(logs):
@@ -195,8 +195,8 @@ def test_one_step_of_a_disagreement_shows_each_rank_and_the_violation(logs):
     _, ranks = step_tables(lines)
     # one outcome in a RESULT of protocol 3: [ids], 16 bytes of columns, 4 of writes: 29 bytes
     assert ranks == [["0", "29", "B", "p0", "7", "1", "1", "6"], ["1", "29", "B", "p0", "7", "1", "0", "6"]]
-    assert lines[-1].strip() == ("join: GroupViolation: rank 1 disagrees with rank 0: "
-                                 "item 0 (p0) accepted 1 vs 0")
+    assert lines[-1].strip() == ("join: GroupViolation: the ranks disagree on item 0 (p0) accepted: "
+                                 "rank 0 says 1; rank 1 says 0")
 
 
 # -- 4. bad input -------------------------------------------------------------------------

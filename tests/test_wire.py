@@ -163,6 +163,9 @@ def check_well_typed(kind: MsgType, value) -> None:
         shard(value)
     elif kind is MsgType.REFUSED:
         assert type(value) is str
+    elif kind is MsgType.FIRED:
+        assert type(value) is tuple and 0 < len(value) <= wire.MAX_FIRED
+        assert all(type(t) is str for t in value)
     else:  # pragma: no cover
         raise AssertionError(kind)
 
@@ -320,11 +323,12 @@ BAD_HEADERS = {
     "version-1": pk(with_at(GOOD_HEADER, 0, 1)),
     "version-2": pk(with_at(GOOD_HEADER, 0, 2)),
     "version-3": pk(with_at(GOOD_HEADER, 0, 3)),
-    "version-5": pk(with_at(GOOD_HEADER, 0, 5)),
+    "version-4": pk(with_at(GOOD_HEADER, 0, 4)),
+    "version-6": pk(with_at(GOOD_HEADER, 0, 6)),
     "version-99": pk(with_at(GOOD_HEADER, 0, 99)),
     "version-negative": pk(with_at(GOOD_HEADER, 0, -1)),
     "type-0": pk(with_at(GOOD_HEADER, 1, 0)),
-    "type-10": pk(with_at(GOOD_HEADER, 1, 10)),
+    "type-11": pk(with_at(GOOD_HEADER, 1, 11)),
     "type-99": pk(with_at(GOOD_HEADER, 1, 99)),
     "type--1": pk(with_at(GOOD_HEADER, 1, -1)),
     "type-huge": pk(with_at(GOOD_HEADER, 1, 2**64 - 1)),
@@ -637,6 +641,7 @@ def valid_frames() -> list[tuple[MsgType | None, bytes]]:
         (MsgType.SHARD, wire.encode_body(MsgType.SHARD, wide_store().snapshot())),
         (MsgType.STOP, wire.encode_body(MsgType.STOP, ())),
         (MsgType.REFUSED, wire.encode_body(MsgType.REFUSED, ("go away",))),
+        (MsgType.FIRED, wire.encode_body(MsgType.FIRED, ("1:crash@3", "all:garble@3"))),
     ]
 
 
@@ -654,7 +659,8 @@ def test_a_body_of_one_type_is_refused_as_another():
     frames = dict(valid_frames()[1:])
     for kind, frame in frames.items():
         for other in MsgType:
-            same_shape = {kind, other} <= {MsgType.READY, MsgType.AUDIT, MsgType.STOP}
+            same_shape = ({kind, other} <= {MsgType.READY, MsgType.AUDIT, MsgType.STOP}
+                          or {kind, other} == {MsgType.REFUSED, MsgType.FIRED})   # strings, both
             empty_list = frame == msgpack.packb(()) and other is MsgType.SHARD
             if other is kind or same_shape or empty_list:    # () is also a shard of no pages
                 continue
@@ -730,11 +736,12 @@ SHAPES = {
         _IDS(n), _COLUMNS(n, _START, _TOKENS, _DRAFT, _NUM_PAGES), _PAGE_IDS)),
     MsgType.SHARD: _SHARD,
     MsgType.REFUSED: shaped(_S),
+    MsgType.FIRED: st.lists(_S, min_size=0, max_size=3).map(tuple),
 }
 SHAPES[MsgType.AUDIT] = SHAPES[MsgType.STOP] = SHAPES[MsgType.READY]
 V = wire.PROTOCOL_VERSION
 HEADER_SHAPE = shaped(mostly(st.sampled_from([V, V, V, 0, 1, V - 1, V + 1, 99])),
-                      mostly(st.integers(-1, 11)), _I, _I, _I, _I)
+                      mostly(st.integers(-1, 12)), _I, _I, _I, _I)
 
 
 @settings(max_examples=400, **FUZZ)

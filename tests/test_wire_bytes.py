@@ -27,7 +27,7 @@ SHARD = [(3, [("r0", 4, 0b1011)])]
 
 PINNED = [
     # (name, kind or None for a header, the message, its exact bytes in hex)
-    ("header", None, (MsgType.PLAN, 1, 7, 2, 4), "96040401070204"),
+    ("header", None, (MsgType.PLAN, 1, 7, 2, 4), "96050401070204"),
     ("hello", MsgType.HELLO, wire.Hello(4242, b"\x01" * 4), "92cd1092c40401010101"),
     ("config", MsgType.CONFIG, CONFIG,
      # ... faults ["1:crash@3"], exec cost [1 ms, 2 us per token] in ns
@@ -52,12 +52,13 @@ PINNED = [
     ("empty result", MsgType.RESULT, (), "9390c400c400"),
     ("shard", MsgType.SHARD, SHARD, "9192039193a2723004c4010b"),
     ("refused", MsgType.REFUSED, ("go away",), "91a7676f2061776179"),
+    ("fired", MsgType.FIRED, ("1:crash@3",), "91a9313a63726173684033"),
     ("ready", MsgType.READY, (), "90"),
 ]
 
 
 def test_the_protocol_version_is_the_pinned_one():
-    assert wire.PROTOCOL_VERSION == 4, "the format changed: re-pin every message below"
+    assert wire.PROTOCOL_VERSION == 5, "the format changed: re-pin every message below"
 
 
 @pytest.mark.parametrize("name,kind,message,hexed", PINNED, ids=[p[0].replace(" ", "-") for p in PINNED])

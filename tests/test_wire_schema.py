@@ -96,6 +96,8 @@ LAUNCHES = {   # name -> (exit status, arguments)
                               "--on-rank-loss", "recompute", "--audit-every", "1", "--fault", "2:crash@2"]),
     "disagree": (1, ["--spec", PREEMPTION, "--world-size", "2", "--fault", "0:disagree@3"]),
     "idle": (0, ["--spec", str(GOLDEN / "continuous_batching.spec.json"), "--world-size", "2"]),
+    "link": (0, ["--spec", DEMO, "--world-size", "2", "--on-rank-loss", "restore", "--step-timeout", "0.5",
+                 "--fault", "0:result-dup@1", "--fault", "1:partition@2:0.2"]),
 }
 NEEDS_PEERS = {"turned-away", "rejoin-wait"}    # peers holding no rank; --listen: not run here
 

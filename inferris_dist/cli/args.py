@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 
 from inferris_dist.protocol.limits import MAX_SECONDS, int_arg, seconds_arg, valid_seconds
 
@@ -16,8 +17,39 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line and exit status 2."""
+    """argparse that reports a usage error as one line and exit status 2, takes a long flag only
+    as it is spelled (`--world 4` is no `--world-size 4`), and names the closest flags of a
+    command to one it does not know, or the commands a flag belongs to."""
+
+    def __init__(self, *args, **kw):
+        kw.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kw)
+        self.commands: dict | None = None     # a command's parser: every command's, by name
 
     def error(self, message: str):
         raise UsageError(f"{self.prog}: {message}")
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and self.commands is not None:     # a command's own flags: say which are not
+            self.error(self.unknown(extras))
+        return namespace, extras
+
+    def unknown(self, extras: list[str]) -> str:
+        flags = [x.split("=", 1)[0] for x in extras if x.startswith("-")]
+        if not flags:
+            return f"unrecognized arguments: {' '.join(extras)}"
+        flag = flags[0]
+        elsewhere = sorted(name for name, p in (self.commands or {}).items()
+                           if p is not self and flag in p._option_string_actions)
+        if elsewhere:
+            names = " and ".join([", ".join(elsewhere[:-1]), elsewhere[-1]] if len(elsewhere) > 1
+                                 else elsewhere)
+            return f"{flag} is a flag of {names}, not of {self.prog.rsplit(' ', 1)[-1]}"
+        mine = [o for o in self._option_string_actions if o.startswith("--") and o != "--help"]
+        close = difflib.get_close_matches(flag, mine, n=3, cutoff=0.6)
+        if not close:
+            close = sorted(o for o in mine if o.startswith(flag))[:3]
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        return f"unknown flag {flag}{hint}"
 

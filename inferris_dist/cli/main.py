@@ -126,6 +126,13 @@ def build_parser() -> Parser:
     p.add_argument("--version", action="version", version=f"inferris-dist {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
+    build_commands(sub)
+    for command in sub.choices.values():
+        command.commands = sub.choices
+    return p
+
+
+def build_commands(sub) -> None:
     run = sub.add_parser("run", help="run a workload in one process", epilog=WORKLOAD_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     add_workload_flags(run)
@@ -185,7 +192,6 @@ def build_parser() -> Parser:
                     "rank-R.key[_secret] into")
     ke.add_argument("--world-size", type=int_arg, required=True, metavar="N")
     ke.add_argument("--force", action="store_true", help="replace keys already there")
-    return p
 
 
 def cmd_run(args) -> int:

@@ -105,10 +105,25 @@ class Recorder:
     # -- messages ------------------------------------------------------------------------
 
     def sent(self, rank: int, epoch: int, step: int, kind: MsgType, header_bytes: int, body_bytes: int,
-             body: Any) -> None:
+             body: Any, link: str | None = None) -> None:
+        """A message sent to `rank` (`link`: what a link fault did to it on its way)."""
         self.totals[rank].bytes_sent += header_bytes + body_bytes
         if self.log is not None:
-            self.log.message("out", rank, epoch, step, kind.name, body_bytes, body)
+            if link is None:
+                self.log.message("out", rank, epoch, step, kind.name, body_bytes, body)
+            else:
+                self.log.message("out", rank, epoch, step, kind.name, body_bytes, body, link=link)
+
+    def link_in(self, rank: int, header: wire.Header, body: bytes, what: str) -> None:
+        """A message from `rank` a link fault acted on before the scheduler read it: lost, or
+        delayed (it is read, and logged again, when the link delivers it)."""
+        if self.log is not None:
+            self.log.message("in", rank, header.epoch, header.step, header.type.name, len(body),
+                             for_log(header.type, body), link=what)
+
+    def partition(self, rank: int, step: int, epoch: int, seconds: float) -> None:
+        if self.log is not None:
+            self.log.event("partition", rank=rank, step=step, epoch=epoch, seconds=seconds)
 
     def received(self, rank: int, epoch: int, step: int, kind: MsgType, body_bytes: int, body: Any) -> None:
         """A message that is no reply to a round (a HELLO, a READY): logged as it came."""
@@ -184,6 +199,15 @@ class Recorder:
         if self.log is not None:
             self.log.event("note", rank=rank, epoch=epoch, text=text)
 
+    def link_note(self, record: StepRecord | None, rank: int, epoch: int, text: str) -> None:
+        """What a link fault did, said with the attempt it did it to (`record`; None: the attempt
+        gathered last) and logged as a note."""
+        record = record if record is not None else self.last_record
+        if record is not None:
+            record.notes.append(text)
+        if self.log is not None:
+            self.log.event("note", rank=rank, epoch=epoch, text=text)
+
     def turned_away(self, counts: dict | None) -> None:
         """What the door turned away and what was dropped unnoted, counted (None: nothing)."""
         if self.log is not None and counts is not None:
@@ -226,8 +250,10 @@ class Recorder:
     def step_failed(self, err, step: int, epoch: int) -> None:
         """Every rank answered, and the answers could not be joined."""
         if self.log is not None:
+            sides = getattr(err, "sides", None)
+            more = {} if sides is None else {"where": err.where, "sides": sides}
             self.log.event("step-failed", kind=err.kind, ranks=list(err.ranks), step=step,
-                           epoch=epoch, message=err.message)
+                           epoch=epoch, message=err.message, **more)
 
     def committed(self, engine, trace, epoch: int) -> None:
         """A step committed: its trace and the counters after it (what a page draws without

@@ -65,6 +65,7 @@ def opt(kinds: str | frozenset, meaning: str, choices: tuple = (), items: str | 
 TIME = req("number", "the scheduler's monotonic clock, seconds (an event's start where it has a dur)")
 MESSAGE_TYPES = tuple(m.name for m in MsgType)
 DROPPED = ("stale", "duplicate", "future", "void")
+LINK = ("lost", "delayed", "duplicated", "reordered")   # what a link fault did to a message
 PHASES = ("prepare", "execute", "commit", "recover")
 
 MESSAGE: dict[str, Field] = {
@@ -81,6 +82,9 @@ MESSAGE: dict[str, Field] = {
     "inside": opt("list", "a RESULT: the rank's own four times (received, decoded, executed, encoded)",
                   items="number"),
     "dropped": opt("str", "a reply not joined: why", DROPPED),
+    "link": opt("str", "what a link fault did to it: lost (never delivered), delayed (delivered "
+                       "late), duplicated (delivered twice: this record is one copy), reordered "
+                       "(delivered after the next message to its rank)", LINK),
 }
 
 
@@ -156,6 +160,9 @@ EVENTS: dict[str, Event] = {
         "step": req("int", "the step"),
         "epoch": req("int", "the epoch"),
         "message": req("str", "the error in words"),
+        "where": opt("str", "ranks that disagree: the first item and field their results differ on"),
+        "sides": opt("list", "ranks that disagree: each value reported there, with the ranks that "
+                             "reported it ({\"ranks\": [...], \"value\": ...})", items="object"),
     }),
     "restart": Event("a recovery begins", {
         "ranks": req("list", "the ranks replaced", items="int"),
@@ -184,6 +191,12 @@ EVENTS: dict[str, Event] = {
         "connections": req("object", "connections refused, by why"),
         "member_replies_dropped": req("object", "members' replies dropped past the noted ones, by rank"),
         "shed": req("int", "connections holding no rank closed to keep descriptors for the members"),
+    }),
+    "partition": Event("a link fault cuts a rank off: everything to and from it is lost for a while", {
+        "rank": req("int", "the rank cut off"),
+        "step": req("int", "the step whose plan the cut began with"),
+        "epoch": req("int", "the epoch"),
+        "seconds": req("number", "how long the link loses everything, both ways, before it heals"),
     }),
     "end": Event("last, once every worker is stopped", {
         "status": req("str", "how the run ended", ("ok", "failed")),

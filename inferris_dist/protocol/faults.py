@@ -8,7 +8,10 @@ keeps coming back).
 
 Adding a fault kind touches this module only: its line in KINDS and, in
 FaultPlan's table, the hook that acts it out (before the step, on the
-outcomes, on the frames, or as an extra send).
+outcomes, on the frames, or as an extra send). The link's kinds (LINK_KINDS)
+are not the rank's: they act on the wire between the scheduler and the rank,
+where the scheduler's side of the connection puts them (scheduler/link.py);
+the rank never hears of them.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from typing import Protocol
 from inferris_dist.engine import WorkloadError
 from inferris_dist.engine.messages import page_spans
 from inferris_dist.engine.shard import SlotStore
+from inferris_dist.protocol.limits import plain
 
 KINDS = {    # each kind: what it does (for help and docs); how a rank acts it out is FaultPlan's table
     "crash": "kills itself (SIGKILL) on receiving the plan",
@@ -33,7 +37,19 @@ KINDS = {    # each kind: what it does (for help and docs); how a rank acts it o
     "bad-writes": "reports a write off its placement",
     "drop-write": "reports a write but does not store it in its shard",
     "crash-after-reply": "replies, then kills itself (SIGKILL) before writing its shard",
+    # the link between the scheduler and the rank (the rank alive and well)
+    "plan-lost": "the link loses the plan to the rank (it never sees it)",
+    "result-lost": "the link loses the rank's result (the scheduler never sees it)",
+    "plan-delay": "the link delivers the plan ARG seconds late",
+    "result-delay": "the link delivers the rank's result ARG seconds late",
+    "plan-dup": "the link delivers the plan twice",
+    "result-dup": "the link delivers the rank's result twice",
+    "reorder": "the link holds the plan and delivers it after the next message to the rank",
+    "partition": "the link loses everything to and from the rank for ARG seconds, then heals",
 }
+LINK_KINDS = frozenset({"plan-lost", "result-lost", "plan-delay", "result-delay", "plan-dup", "result-dup",
+                        "reorder", "partition"})
+SECONDS_KINDS = frozenset({"delay", "plan-delay", "result-delay", "partition"})   # ARG: seconds
 FORMAT = "RANK:KIND@STEP[+][:ARG]"
 POLICIES = ("abort", "restore", "recompute")     # what follows a failed step (recovery.py)
 
@@ -46,12 +62,17 @@ class Fault:
     repeat: bool              # @STEP+: this step and every later one
     arg: float | None = None
     text: str = ""
+    spent_by: frozenset = frozenset()   # a one-shot link fault on `all`: the ranks it acted on
 
     def fires(self, step: int) -> bool:
         return step == self.step or (self.repeat and step > self.step)
 
     def applies_to(self, rank: int) -> bool:
-        return self.rank is None or self.rank == rank
+        return (self.rank is None or self.rank == rank) and rank not in self.spent_by
+
+    @property
+    def on_link(self) -> bool:
+        return self.kind in LINK_KINDS
 
     def __str__(self) -> str:
         return self.text
@@ -69,7 +90,7 @@ def parse_fault(text: str, world_size: int | None = None, source: str = "--fault
         rank = None
     else:
         try:
-            rank = int(rank_part)
+            rank = int(plain(rank_part))
         except ValueError:
             raise bad(f"rank {rank_part!r} is not an integer or 'all'") from None
         if rank < 0 or (world_size is not None and rank >= world_size):
@@ -82,19 +103,21 @@ def parse_fault(text: str, world_size: int | None = None, source: str = "--fault
     step_part, _, arg_part = when.partition(":")
     repeat = step_part.endswith("+")
     try:
-        step = int(step_part.removesuffix("+"))
+        step = int(plain(step_part.removesuffix("+")))
     except ValueError:
         raise bad(f"step {step_part!r} is not an integer") from None
     if step < 0:
         raise bad("step must be >= 0")
     arg = None
-    if kind == "delay":
+    if kind in SECONDS_KINDS:
         try:
-            arg = float(arg_part)
+            arg = float(plain(arg_part))
         except ValueError:
-            raise bad("delay needs seconds, e.g. 1:delay@3:0.5") from None
+            arg = None
+        if arg is None or arg != arg:
+            raise bad(f"{kind} needs seconds, e.g. 1:{kind}@3:0.5")
         if not 0 <= arg <= 3600:
-            raise bad("delay seconds must be within 0..3600")
+            raise bad(f"{kind} seconds must be within 0..3600")
     elif arg_part:
         raise bad(f"{kind} takes no argument")
     return Fault(rank, kind, step, repeat, arg, text)

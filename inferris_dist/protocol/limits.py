@@ -7,9 +7,17 @@ import math
 from typing import NamedTuple
 
 
+def plain(text: str) -> str:
+    """`text` if it is written in ASCII without digit separators, as a number on a command line
+    is; else ValueError (Python's int() and float() would take '１', '١' or '1_0')."""
+    if not text.isascii() or "_" in text:
+        raise ValueError(f"not a plain number: {text!r}")
+    return text
+
+
 def int_arg(text: str) -> int:
     try:
-        return int(text)
+        return int(plain(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"want an integer, got {text!r}") from None
 
@@ -21,7 +29,7 @@ MAX_SECONDS = 86400.0
 
 def seconds_arg(text: str) -> float:
     try:
-        value = float(text)
+        value = float(plain(text))
     except ValueError:
         value = math.nan
     if not valid_seconds(value):
@@ -103,7 +111,7 @@ def _ns(term: str) -> int:
     else:
         raise ValueError(f"no unit (ns, us, ms, s) in {term!r}")
     try:
-        value = float(number)
+        value = float(plain(number))
     except ValueError:
         raise ValueError(f"not a number: {number!r}") from None
     if not math.isfinite(value) or value < 0:

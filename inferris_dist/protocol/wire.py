@@ -40,9 +40,7 @@ import msgpack
 from inferris_dist.engine.messages import ExecutionPlan, ItemOutcome, PlanItem
 from inferris_dist.protocol.limits import MAX_STEP_COST_NS, MAX_TOKEN_COST_NS
 
-PROTOCOL_VERSION = 4   # 4: a PLAN column prior_drafts, CONFIG an exec cost; 3: columnar PLAN and
-#                        RESULT; 2: REFUSED tells any peer to exit, HELLO's proof is empty for a
-#                        CURVE-proven member
+PROTOCOL_VERSION = 5   # both sides speak exactly this one (a peer of another version is refused)
 MAX_FRAME_BYTES = 64 << 20        # also the sockets' ZMQ_MAXMSGSIZE
 MAX_HEADER_BYTES = 256
 MAX_HELLO_BYTES = 256             # what an unauthenticated peer may make us decode
@@ -65,6 +63,7 @@ class MsgType(IntEnum):
     SHARD = 7      # worker -> scheduler: the shard snapshot
     STOP = 8       # scheduler -> worker: exit now
     REFUSED = 9    # scheduler -> a would-be or retired worker: why it was turned away; it exits
+    FIRED = 10     # worker -> scheduler: the one-shot faults of mine this step's plan set off
 
 
 class Header(NamedTuple):
@@ -435,6 +434,16 @@ def _refused(body) -> str:
     return body[0]
 
 
+MAX_FIRED = 64      # faults one FIRED names at most (a rank's faults for one step)
+
+
+def _fired(body) -> tuple[str, ...]:
+    if (type(body) is not tuple or not 0 < len(body) <= MAX_FIRED
+            or any(type(t) is not str for t in body)):
+        raise WireError("malformed FIRED")
+    return body
+
+
 def _pack_masks(kind: MsgType, body):
     """Masks are arbitrary-size ints (one bit per slot): they travel as bytes."""
     def pack(snapshot):
@@ -455,6 +464,7 @@ _DECODERS = {
     MsgType.SHARD: _shard,
     MsgType.STOP: _empty,
     MsgType.REFUSED: _refused,
+    MsgType.FIRED: _fired,
 }
 
 

@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import time
+from collections import deque
 
 import zmq
 
@@ -37,6 +38,7 @@ from inferris_dist.protocol.monitor import monitor_event
 from inferris_dist.protocol.wire import MsgType
 
 PARENT_CHECK_MS = 500
+ANSWERED_KEPT = 8               # plans remembered as answered, to carry out a duplicated one once
 HANDSHAKE_TIMEOUT_S = 30.0      # spawned: the scheduler is there already
 HEARTBEAT_MS, HEARTBEAT_TIMEOUT_MS = 1000, 3000   # started by someone else: leave within ~4 s
 HELLO_EVERY_S = 1.0             # a HELLO is repeated until CONFIG: one sent early is not lost
@@ -217,10 +219,14 @@ class Worker:
         self.send(MsgType.READY, 0, wire.encode_body(MsgType.READY, ()))
 
     def serve(self) -> None:
+        answered: deque = deque(maxlen=ANSWERED_KEPT)   # (epoch, step) of the plans last answered
         while True:
             header, body = self.recv()
             self.epoch = header.epoch      # the scheduler's epoch moves when the group restarts
             if header.type is MsgType.PLAN:
+                if (header.epoch, header.step) in answered:
+                    continue               # a plan the link delivered twice: carried out once
+                answered.append((header.epoch, header.step))
                 try:
                     self.answer(body)
                 except Exception as e:   # a plan this rank cannot carry out: its last words say why
@@ -241,6 +247,9 @@ class Worker:
         general way, through items and outcomes, so the faults can act around it."""
         firing = self.faults.firing(plan.step)
         if firing:
+            once = tuple(f.text for f in firing.values() if not f.repeat)
+            if once:           # said first: a fault that kills the rank must not fire again elsewhere
+                self.send(MsgType.FIRED, plan.step, wire.encode_body(MsgType.FIRED, once))
             self.faults.before(firing, self)
         pages = plan.pages
         if pages and max(pages) >= self.num_pages:

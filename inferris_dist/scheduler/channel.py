@@ -36,6 +36,7 @@ from inferris_dist.protocol import wire
 from inferris_dist.protocol.keys import ServerKeys
 from inferris_dist.protocol.wire import MsgType
 from inferris_dist.scheduler.gate import Gate
+from inferris_dist.scheduler.link import Link
 
 MAX_RETIRED = 256           # identities of former members remembered, to tell them to exit
 MAX_STRANGER_FRAMES = 4     # frames of a message from a non-member kept (the rest are dropped)
@@ -98,8 +99,12 @@ class Flight:
     sent_at: dict = field(default_factory=dict)   # rank -> when it was sent (the record's `sent`)
     got: dict = field(default_factory=dict)       # rank -> (header, body bytes), as they came
     failure: RankLost | None = None       # sending it lost a rank: raised when it is collected
-    answered: frozenset | None = None     # failed on the wire: the ranks that had answered
     logged: bool = False                  # its replies are in the wire log
+
+
+FIRED_HEAD = bytes([0x96, wire.PROTOCOL_VERSION, int(MsgType.FIRED)])   # how a FIRED's header begins
+MAX_FIRED_KEPT = 1024     # fault texts kept per rank (a run's faults for it, generously)
+LINK_DONE = object()      # a message's "meta": handed over by the link, which acted on it already
 
 
 @dataclass(frozen=True)
@@ -112,10 +117,11 @@ class Meta:
 
 class RankChannel:
     def __init__(self, world_size: int, step_timeout: float, recorder: Recorder | None = None,
-                 spin_s: float = 0.0):
+                 spin_s: float = 0.0, link: Link | None = None):
         self.world_size = world_size
         self.step_timeout = step_timeout
         self.recorder = recorder = recorder if recorder is not None else Recorder(world_size)
+        self.link = link if link is not None else Link([])   # the wire to each rank, and its faults
         self.epoch = 0
         self.ctx: zmq.Context | None = None
         self.sock: zmq.Socket | None = None
@@ -133,6 +139,7 @@ class RankChannel:
         self._answered: dict[int, tuple] = {}   # rank -> (epoch, step, kind) last joined
         self._dead: set[int] = set()                      # ranks whose process or connection ended
         self.in_flight: dict[int, Flight] = {}   # step -> its plan's flight, sent, replies not read yet
+        self.fired: dict[int, set[str]] = {}     # rank -> its one-shot faults a member said fired
         self._poller = zmq.Poller()
 
     # -- the socket --------------------------------------------------------------------
@@ -192,6 +199,7 @@ class RankChannel:
         if member is None:
             return None
         self.rank_of.pop(member.identity, None)
+        self.link.forget(rank)
         self.retired[member.identity] = (rank, member.epoch, why)
         while len(self.retired) > MAX_RETIRED:
             self.retired.popitem(last=False)
@@ -246,7 +254,7 @@ class RankChannel:
         """Send `flight` (again: restore, in a new epoch), as attempt `record`."""
         ahead = bool(self.in_flight)
         flight.record, flight.epoch, flight.got = record, self.epoch, {}
-        flight.failure, flight.answered, flight.logged = None, None, False
+        flight.failure, flight.logged = None, False
         flight.sent_at = sent_at = record.sent if record is not None else {}
         if record is not None:
             record.plan_bytes = len(flight.encoded)
@@ -257,7 +265,7 @@ class RankChannel:
             for rank in range(self.world_size):
                 sent_at[rank] = time.monotonic()
                 self.send(rank, flight.send, flight.step, flight.encoded, flight.plan, extra=extra,
-                          found_later=ahead)
+                          found_later=ahead, record=record)
         except RankLost as e:
             flight.failure = e
 
@@ -350,9 +358,9 @@ class RankChannel:
         it (kept in that plan's flight), or one to drop, count and note."""
         rank = self.rank_of.get(frames[0])
         if rank is None:
-            return self.stranger(frames, meta)
+            return self.stranger(frames, None if meta is LINK_DONE else meta)
         expect, step = flight.expect, flight.step
-        timing = None
+        came, timing = frames, None
         try:
             frames, extra = self.without_timing(frames)
             if extra is not None and expect is MsgType.RESULT:
@@ -366,6 +374,17 @@ class RankChannel:
         if header.rank != rank:
             raise self.lost(rank, step, "protocol",
                             f"broke the protocol: its message names rank {header.rank}", flight=flight)
+        if self.link.active and meta is not LINK_DONE:
+            what, seconds = self.link.incoming(rank, header.type, header.step)
+            if what is not None:
+                if what == "delayed" and not self.link.hold_in(rank, came, None, seconds):
+                    what = "lost"
+                said = f"the {header.type.name} of step {header.step} from rank {rank}"
+                self.recorder.link_note(None, rank, self.epoch, _did(what, seconds, said))
+                if what != "duplicated":
+                    self.recorder.link_in(rank, header, frames[2], what)
+                    return
+                self.take(came, LINK_DONE, flight)      # the copy comes first, then the message
         current = header.type is expect and header.epoch == self.epoch and header.step == step
         into = flight
         if rank in flight.got or not current:
@@ -460,6 +479,10 @@ class RankChannel:
                     break
             if events:
                 return dict(events)
+        if self.link.active:
+            due = self.link.next_due()
+            if due is not None:
+                deadline = min(deadline, due)
         timeout = max(0.0, deadline - time.monotonic())
         return dict(self._poller.poll(int(timeout * 1000) + 1))
 
@@ -482,12 +505,40 @@ class RankChannel:
             self._monitor_events()
         if self.sock in events:
             while (message := self._recv()) is not None:
-                messages.append(message)
+                if not self._fired(message[0]):
+                    messages.append(message)
+        if self.link.active:
+            messages += self._link_due()
         for rank, fd in self.sentinels.items():
             if rank not in self._dead and fd in events:
                 self._dead.add(rank)
                 self._poller.unregister(fd)
         return sorted(r for r in self._dead if r in self.members or r in self.sentinels), messages
+
+    def _fired(self, frames: list[bytes]) -> bool:
+        """A FIRED from a member (or one retired since: a worker says it just before a fault
+        kills it) is kept, whenever it comes: those faults are spent, and no replacement gets
+        them. Peeked at by its header's first bytes (a fixarray of six, the version, the type):
+        the other messages pay a slice and a compare."""
+        if len(frames) != 3 or frames[1][:3] != FIRED_HEAD:
+            return False
+        rank = self.rank_of.get(frames[0])
+        if rank is None and frames[0] in self.retired:
+            rank = self.retired[frames[0]][0]
+        if rank is None:
+            return False
+        try:
+            header = wire.decode_header(frames[1])
+            texts = wire.decode_body(MsgType.FIRED, frames[2])
+        except wire.WireError:
+            return False                  # not one after all: read as any other message
+        if header.rank != rank:
+            return False
+        spent = self.fired.setdefault(rank, set())
+        if len(spent) < MAX_FIRED_KEPT:
+            spent.update(texts)
+        self.recorder.received(rank, header.epoch, header.step, MsgType.FIRED, len(frames[2]), list(texts))
+        return True
 
     def _recv(self) -> tuple[list[bytes], Meta | None] | None:
         """One whole message; a non-member's comes with what the transport knows of its sender."""
@@ -541,19 +592,72 @@ class RankChannel:
     # -- sending -----------------------------------------------------------------------
 
     def send(self, rank: int, kind: MsgType, step: int, body: bytes, decoded, *, quiet=False,
-             extra: tuple[bytes, ...] = (), found_later: bool = False) -> None:
+             extra: tuple[bytes, ...] = (), found_later: bool = False, record: StepRecord | None = None
+             ) -> None:
         """`found_later`: a plan sent ahead of one still awaited; a rank it cannot reach is not
         lost here but where the plan before is gathered (it died, or its connection closed),
         so that one loss is one loss, at the step it broke."""
         header = wire.encode_header(kind, self.epoch, step, rank, self.world_size)
         member = self.members.get(rank)
+        what, seconds = self.link.outgoing(rank, kind, step) if self.link.active else (None, 0.0)
         try:
-            self.sock.send_multipart([member.identity, header, body, *extra], zmq.NOBLOCK if quiet else 0)
+            frames = [member.identity, header, body, *extra]
+            if what is None or what == "duplicated":
+                self.sock.send_multipart(frames, zmq.NOBLOCK if quiet else 0)
         except (zmq.ZMQError, AttributeError):
             if quiet or found_later:
                 return
             raise self.lost(rank, step, "unreachable", "cannot be reached") from None
-        self.recorder.sent(rank, self.epoch, step, kind, len(header), len(body), decoded)
+        if what is None:
+            self.recorder.sent(rank, self.epoch, step, kind, len(header), len(body), decoded)
+            if self.link.active:
+                self._release_reordered(rank)
+            return
+        self._on_link(rank, kind, step, frames, header, body, decoded, what, seconds, record)
+
+    # -- the link's faults: what it did to a message, said with the message ------------------
+
+    def _on_link(self, rank, kind, step, frames, header, body, decoded, what: str, seconds: float,
+                 record: StepRecord | None) -> None:
+        """A message to `rank` the link acts on: lost, held (delayed, reordered) or duplicated."""
+        for cut_rank, cut_step, cut_s in self.link.partitions:
+            self.recorder.partition(cut_rank, cut_step, self.epoch, cut_s)
+            self.recorder.link_note(record, cut_rank, self.epoch, f"the link cut rank {cut_rank} off for "
+                                    f"{cut_s:g} s (everything to and from it lost)")
+        self.link.partitions.clear()
+        if what == "delayed" and not self.link.hold_out(rank, frames, seconds):
+            what = "lost"                      # the link holds no more: it loses the message
+        elif what == "reordered":
+            self.link.reorder(rank, frames)
+        self.recorder.sent(rank, self.epoch, step, kind, len(header), len(body), decoded, link=what)
+        self.recorder.link_note(record, rank, self.epoch, _did(what, seconds, f"the {kind.name} of step "
+                                                                         f"{step} to rank {rank}"))
+        if what == "duplicated":
+            try:
+                self.sock.send_multipart(frames, zmq.NOBLOCK)
+            except zmq.ZMQError:
+                return
+            self.recorder.sent(rank, self.epoch, step, kind, len(header), len(body), decoded, link=what)
+            self._release_reordered(rank)
+
+    def _release_reordered(self, rank: int) -> None:
+        """A message to `rank` crossed: the plans the link held back for it cross after it."""
+        for frames in self.link.after_next(rank):
+            try:
+                self.sock.send_multipart(frames, zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+
+    def _link_due(self) -> list:
+        """What the link delays and is due now: sends go out, receipts are handed over as if
+        they came now (marked: the link acted on them already)."""
+        for held in self.link.due_out():
+            try:
+                self.sock.send_multipart(held.frames, zmq.NOBLOCK)
+            except zmq.ZMQError:
+                continue                       # its member is gone: lost with it
+            self._release_reordered(held.rank)
+        return [(held.frames, LINK_DONE) for held in self.link.due_in()]
 
     def refuse(self, ident: bytes, reason: str, host: str = "") -> None:
         """Tell a peer why it is turned away (it exits), and note it: the first few times per
@@ -598,6 +702,15 @@ class RankChannel:
 
     def note(self, rank: int | None, text: str) -> None:
         self.recorder.note(rank, self.epoch, text)
+
+
+def _did(what: str, seconds: float, message: str) -> str:
+    """What the link did to `message`, in words."""
+    if what == "delayed":
+        return f"the link delayed {message} by {seconds:g} s"
+    if what == "reordered":
+        return f"the link held back {message} until after the next message to it"
+    return f"the link {what} {message}"
 
 
 def who_of(rank: int | None, also=()) -> str:

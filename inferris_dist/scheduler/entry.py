@@ -48,6 +48,7 @@ def launch(workload: Workload | dict | str | Path, world_size: int | None = None
     if not isinstance(workload, Workload):
         workload = load_workload(workload)
     workload = workload.with_config(world_size=options.world_size)
+    options.check_for(workload)
     n = workload.config.world_size
     fault_list = parse_faults(options.faults, n, workload.faults)     # bad input before anything starts
     log, own_stream = None, None

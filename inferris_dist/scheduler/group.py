@@ -47,6 +47,7 @@ from inferris_dist.protocol.wire import MsgType
 from inferris_dist.scheduler.channel import Flight, RankChannel, lost_verdict
 from inferris_dist.scheduler.gate import DESCRIPTORS_PER_RANK, raise_descriptor_limit
 from inferris_dist.scheduler.handshake import Admission
+from inferris_dist.scheduler.link import Link
 from inferris_dist.scheduler.members import External, Spawned
 from inferris_dist.scheduler.options import LaunchOptions
 
@@ -69,13 +70,14 @@ class ProcessGroup:
         if recorder is None:
             recorder = Recorder(self.world_size, None, options.timeline, shared_clock=options.listen is None)
         self.recorder = recorder
-        self.channel = RankChannel(self.world_size, options.step_timeout, recorder,
-                                   spin_s=spin_seconds(options.spin_us, self.world_size))
         check_fits(workload)
         self.max_frame = frame_cap(workload)
         self.num_pages, self.page_size = cfg.num_pages, cfg.page_size
         self.accept_scripts = accept_scripts(workload)
         self.faults = parse_faults(options.faults, self.world_size, workload.faults)
+        self.channel = RankChannel(self.world_size, options.step_timeout, recorder,
+                                   spin_s=spin_seconds(options.spin_us, self.world_size),
+                                   link=Link(self.faults))
         self.unfired = list(self.faults)   # faults whose step no plan has reached yet
         self.last_planned: int | None = None   # the step of the last plan sent
         self.keys = ServerKeys.load(options.keys, self.world_size) if options.keys is not None else None
@@ -183,14 +185,13 @@ class ProcessGroup:
             return f"{self.options.bind}:0"
         return f"ipc://{socket_path(self.log_dir, 's', MAX_IPC_PATH)}"
 
-    def _admit(self, ranks: Sequence[int], shard: list, step: int,
-               answered: frozenset | None = None) -> list[int]:
+    def _admit(self, ranks: Sequence[int], shard: list, step: int) -> list[int]:
         """Admit members for `ranks`; during a restart (step >= 0) a member of another rank
         lost while we wait is replaced in the same window. Returns every rank admitted."""
         timeout, never_came = self.members.start(ranks)
         also_lost = self._also_lost if step >= 0 else None
         admission = Admission(self.channel, ranks, self.members,
-                              lambda rank: self._config(rank, shard, step, answered), step, timeout,
+                              lambda rank: self._config(rank, shard, step), step, timeout,
                               never_came, also_lost)
         started = time.monotonic()
         joined = False
@@ -214,15 +215,14 @@ class ProcessGroup:
             self.members.retire([rank])
         self.members.start([rank])
 
-    def _config(self, rank: int, shard: list, step: int, answered: frozenset | None) -> wire.Config:
-        # One-shots fire once. With overlap scheduling the plan after the failed step went out
-        # too: a member that answered the failed step (`answered`: None when every rank did)
-        # went on to the next plan (its fault there fired: it may be what failed), one that
-        # did not never reached it.
-        if self.last_planned is not None and (answered is None or rank in answered):
-            step = max(step, self.last_planned)
+    def _config(self, rank: int, shard: list, step: int) -> wire.Config:
+        # One-shots fire once in the run: a new member gets those of its rank not yet fired (a
+        # member says FIRED before it acts one out, even one that kills it) from `step` on;
+        # repeating ones always. The link's faults are the link's, never a member's.
+        fired = self.channel.fired.get(rank, ())
         faults = [f.text for f in self.faults
-                  if f.applies_to(rank) and (f.repeat or f.step > step)]
+                  if not f.on_link and f.applies_to(rank)
+                  and (f.repeat or (f.step >= step and f.text not in fired))]
         return wire.Config(self.num_pages, self.page_size, self.accept_scripts, shard, faults,
                            tuple(self.options.exec_cost))
 
@@ -253,22 +253,21 @@ class ProcessGroup:
         """Ranks known to be gone (process exited or connection closed)."""
         return self.channel.dead_ranks | self.members.dead()
 
-    def restart(self, ranks: Sequence[int], shard: list, step: int, policy: str = "",
-                answered: frozenset | None = None) -> tuple[list[int], list[int]]:
+    def restart(self, ranks: Sequence[int], shard: list, step: int, policy: str = ""
+                ) -> tuple[list[int], list[int]]:
         """Replace the members of `ranks` with new ones in a new epoch; returns their pids.
 
         Spawned workers are killed and started afresh; members we did not start are
         told to exit and we wait for replacements to join. Each new member starts
         from `shard` (a snapshot of the control plane's pool, or [] for an empty
-        shard) and gets the faults not yet spent (`answered`: who answered the step
-        that failed on the wire). A member of another rank lost meanwhile is replaced
-        too; returns the ranks replaced and their new pids.
+        shard) and gets the faults not yet spent. A member of another rank lost
+        meanwhile is replaced too; returns the ranks replaced and their new pids.
         """
         self.channel.next_epoch()
         with _interrupts_held():
             self.members.retire(ranks)
         self.recorder.restart(list(ranks), self.epoch, step, len(shard), policy)
-        ranks = self._admit(ranks, shard, step, answered)
+        ranks = self._admit(ranks, shard, step)
         return ranks, [self.channel.members[r].pid for r in ranks]
 
     # -- the seam ----------------------------------------------------------------------
@@ -300,11 +299,7 @@ class ProcessGroup:
         try:
             if flight.failure is not None:
                 raise flight.failure
-            try:
-                got = self.channel.receive_round(flight)
-            except RankLost:
-                flight.answered = frozenset(flight.got)     # who answered the step that failed
-                raise
+            got = self.channel.receive_round(flight)
             results = [RankExecutionResult(got[r].header.rank, got[r].header.world_size,
                                            got[r].header.step, got[r].body) for r in range(self.world_size)]
             try:

@@ -68,6 +68,18 @@ class LaunchOptions:
                                     f"nothing crosses a network in plaintext")
 
 
+    def check_for(self, workload) -> None:
+        """Refuse options that cannot work with this workload: a model time (`exec_cost`) that
+        does not fit the step timeout at the workload's largest step would have a healthy rank
+        reported as giving no answer."""
+        largest = workload.config.max_step_tokens
+        cost = self.exec_cost.seconds(largest) if self.exec_cost else 0.0
+        if cost >= self.step_timeout:
+            raise WorkloadError(f"--exec-cost {self.exec_cost} takes {cost:g} s at the workload's largest "
+                                f"step ({largest} tokens), not within --step-timeout {self.step_timeout:g}: "
+                                f"a healthy rank would be reported as giving no answer")
+
+
 def is_loopback(address: str) -> bool:
     host = address[len("tcp://"):].rpartition(":")[0].strip("[]")
     if host == "localhost":

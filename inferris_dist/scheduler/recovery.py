@@ -207,10 +207,9 @@ class DistributedEngine(Engine):
             ranks = list(range(self.group.world_size))
         in_audit = in_audit or prepared is None
         step = err.step if in_audit else prepared.step
-        answered = None if in_audit or prepared.flight is None else prepared.flight.answered
         restart = self._restore if self.policy == "restore" else self._recompute
         failed_epoch = self.group.epoch
-        prepared, ranks, pids, pages, preempted = restart(ranks, step, prepared, answered)
+        prepared, ranks, pids, pages, preempted = restart(ranks, step, prepared)
         recovery = Recovery(step, failed_epoch, err.kind, err.rank, err.message, self.policy,
                             tuple(ranks), tuple(pids), pages, tuple(preempted), in_audit=in_audit,
                             hosts=self.group.hosts_of(ranks))
@@ -218,17 +217,17 @@ class DistributedEngine(Engine):
         self.recorder.recovered(recovery)
         return prepared
 
-    def _restore(self, ranks, step: int, prepared, answered):
+    def _restore(self, ranks, step: int, prepared):
         """restore: new members whose shards are the control plane's pool; the same plan again."""
         shard = self.pool.slots.snapshot()
-        ranks, pids = self.group.restart(ranks, shard, step, "restore", answered)
+        ranks, pids = self.group.restart(ranks, shard, step, "restore")
         return prepared, ranks, pids, len(shard), []
 
-    def _recompute(self, ranks, step: int, prepared, answered):
+    def _recompute(self, ranks, step: int, prepared):
         """recompute: new members come back empty, as GPU ranks would; every page is lost, and
         the step is planned again (found by the audit between steps: preempted, shown with the
         next step)."""
-        ranks, pids = self.group.restart(ranks, [], step, "recompute", answered)
+        ranks, pids = self.group.restart(ranks, [], step, "recompute")
         if prepared is None:
             preempted = self.drop_all_pages()
             self._preempted_between_steps += preempted

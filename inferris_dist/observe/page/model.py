@@ -49,7 +49,7 @@ MARKS = ("lost", "restart", "step-failed", "audit", "audit-failed", "note", "tur
 # The events the page draws, each by its Builder._ev_* method: every event of the wire log's
 # schema (tests/test_wire_schema.py holds them equal); any other is counted and ignored.
 KNOWN_EVENTS = {"run", "member", "phase", "attempt", "step", "audit", "audit-failed", "rejoin-wait",
-                "restart", "rank-lost", "step-failed", "note", "turned-away", "idle", "end"}
+                "restart", "rank-lost", "step-failed", "note", "turned-away", "idle", "partition", "end"}
 WAITING, RUNNING, PREEMPTED = 0, 1, 2
 
 

@@ -1,0 +1,67 @@
+"""`@STEP` fires once in the run, whatever the rung and the timing: a worker says FIRED before
+it acts a one-shot fault out (even one that kills it), those faults are spent, and neither a
+member kept through a restore (sent the same step's plan again) nor a replacement fires them
+again. Real processes; the timing that could hand a fault to successive members is driven by
+a fault on every rank at the step before (garbled replies, the plan ahead already out)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inferris_dist import testing
+
+from tests.helpers.external import GOLDEN
+
+pytestmark = [pytest.mark.timeout(90), pytest.mark.procs]
+
+DEMO = GOLDEN / "demo.spec.json"
+RUNS = 6          # without FIRED, the race hands the crash to a second member in ~1 run of 3
+
+
+def fired_and_killed(log) -> tuple[list[str], int]:
+    """The fault texts the workers said FIRED for, and how many losses a SIGKILL caused."""
+    fired, killed = [], 0
+    for line in log.read_text().splitlines():
+        r = json.loads(line)
+        if r.get("type") == "FIRED":
+            fired += r["body"]
+        if r.get("event") == "rank-lost" and "SIGKILL" in r["message"]:
+            killed += 1
+    return fired, killed
+
+
+@pytest.mark.parametrize("rung", ["overlap", "full"])
+def test_a_one_shot_crash_fires_once_behind_garbled_replies(tmp_path, rung):
+    reference = testing.reference(DEMO, rung)
+    for i in range(RUNS):
+        log = tmp_path / f"wire{i}.jsonl"
+        run = testing.run_on_processes(DEMO, ["all:garble@2", "0:crash@3"], "restore", rung=rung,
+                                       step_timeout=2.0, wire_log=str(log))
+        testing.assert_holds(reference, run)
+        fired, killed = fired_and_killed(log)
+        assert fired.count("0:crash@3") == 1, (i, fired)
+        assert killed == 1, (i, killed)
+        assert sorted(f for f in fired if f.startswith("all:")) == ["all:garble@2"] * 4, fired
+
+
+def test_a_kept_member_does_not_fire_a_one_shot_again_when_its_step_is_sent_again(tmp_path):
+    """Every rank garbles step 3; the first garbled reply read blames one rank, the others are
+    kept and sent step 3 again in the new epoch: one restart, not one per rank."""
+    log = tmp_path / "wire.jsonl"
+    run = testing.run_on_processes(DEMO, ["all:garble@3"], "restore", step_timeout=2.0, max_restarts=1,
+                                   wire_log=str(log))
+    testing.assert_holds(testing.reference(DEMO), run)
+    assert len(run.recoveries) == 1, [r.message for r in run.recoveries]
+
+
+def test_a_fault_its_member_never_reached_fires_on_the_replacement(tmp_path):
+    """Rank 1 dies at step 1 (its plan for step 2 never reached): 1:garble@2 is not spent and
+    the replacement acts it out, once."""
+    log = tmp_path / "wire.jsonl"
+    run = testing.run_on_processes(DEMO, ["1:crash@1", "1:garble@2"], "restore", step_timeout=2.0,
+                                   wire_log=str(log))
+    testing.assert_holds(testing.reference(DEMO), run)
+    fired, _ = fired_and_killed(log)
+    assert fired == ["1:crash@1", "1:garble@2"], fired
+    assert [r.step for r in run.recoveries] == [1, 2]
