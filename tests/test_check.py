@@ -4,7 +4,8 @@ Real wire logs, recorded once per module by real runs on worker processes:
 1. the logs of real runs are accepted, each judged against the reference engine by its
    policy's promise: fault-free, a crash restored and recomputed, duplicate and stale replies,
    an audit after every step finding a dropped write, the overlap rung with and without a
-   fault, an abort, an idle stretch;
+   fault, the link delaying, duplicating, reordering and losing messages, an abort, an idle
+   stretch;
 2. each tampered log, one change each, is caught, a violation naming the line, the step, the
    epoch and the rank: a committed result's accepted count, a RESULT removed, an epoch
    changed, a step's trace altered, a PLAN removed, a retired member's late reply taken, a
@@ -50,6 +51,12 @@ RUNS = {  # name -> (workload, world size, faults, policy, options, what `checke
                         {"reference": "traces", "epochs": 2, "rung": "overlap"}),
     "overlap-recompute": (DEMO, 3, ["2:crash@2"], "recompute", {"rung": "overlap", "audit_every": 1},
                           {"reference": "summaries", "epochs": 2, "rung": "overlap"}),
+    "link": (DEMO, 3, ["1:result-delay@2:0.05", "2:plan-dup@3", "0:result-dup@1"], "restore", {},
+             {"reference": "traces", "epochs": 1}),
+    "link-overlap": (DEMO, 3, ["1:reorder@2", "2:plan-delay@3:0.02"], "restore", {"rung": "overlap"},
+                     {"reference": "traces", "epochs": 1, "rung": "overlap"}),
+    "link-lost": (DEMO, 3, ["1:plan-lost@2", "2:result-lost@4"], "restore", {"step_timeout": 0.3},
+                  {"reference": "traces", "epochs": 3}),
     "abort": (DEMO, 3, ["1:crash@2"], "abort", {}, {"reference": "prefix", "end": "failed"}),
     "disagree": (PREEMPTION, 2, ["0:disagree@3"], "restore", {}, {"reference": "traces", "epochs": 2}),
     "idle": (GOLDEN / "continuous_batching.spec.json", 2, [], "abort", {}, {"reference": "traces"}),
@@ -103,6 +110,11 @@ def test_the_log_of_a_real_run_is_accepted(logs, name):
         assert c["dropped"] >= 2                   # the duplicate and a stale reply crossed, dropped
     if name == "audit":
         assert any(o.get("event") == "audit-failed" for o in objs)
+    if name.startswith("link"):                  # what the link did is in the log, and was allowed
+        marks = {o["link"] for o in objs if "link" in o}
+        want = {"link": {"delayed", "duplicated"}, "link-overlap": {"reordered", "delayed"},
+                "link-lost": {"lost"}}
+        assert marks == want[name], marks
     assert report.lines() == [report.summary()] and report.summary().startswith(f"{report.log}: ok: ")
 
 
@@ -271,8 +283,8 @@ def test_a_newer_writers_fields_and_events_are_left_alone_and_a_lost_message_is_
     objs = records(logs["restore"])
     for o in objs:
         if "dir" in o:
-            o["link"] = "delayed"                # what the link did to it: nothing the checker relies on
-    objs.insert(5, {"t": 1.0, "event": "partition", "ranks": [0, 1], "dur": 0.5})
+            o["link"] = "rerouted"               # a mark it does not know: delivered, all the same
+    objs.insert(5, {"t": 1.0, "event": "weather", "ranks": [0, 1], "dur": 0.5})
     assert check_log(write(tmp_path / "newer.jsonl", objs)).ok
     i = find(objs, type="RESULT", step=4, rank=1)
     objs[i]["link"] = "lost"                     # it never arrived: it cannot have been joined

@@ -42,7 +42,8 @@ summary, which is not compared (the trace still is, step by step).
 
 Tolerant of a newer writer: fields and events the schema does not name are left alone; a
 message the link marks lost (`"link": "lost"`) never arrived (a PLAN so marked was not sent,
-a RESULT so marked cannot be joined). An older writer's log may lack what the checker does not
+a RESULT so marked cannot be joined), and a reply marked delayed is the link taking it, not
+its delivery (logged again when it comes). An older writer's log may lack what the checker does not
 read (NEEDED says what it does).
 
 Bounded: the log is streamed, one record at a time. Kept are the attempts in flight (their
@@ -75,7 +76,12 @@ __all__ = ["MAX_VIOLATIONS", "NotTheRunsWorkload", "Report", "Violation", "check
 
 MAX_VIOLATIONS = 1000       # violations kept whole; past these only counted
 MAX_IN_FLIGHT = 64          # attempts with a plan out and no verdict (a writer's are a few)
-UNDELIVERED = frozenset({"lost"})   # a message's "link" mark saying it never arrived
+# A message's "link" mark (schema.LINK) saying the record is not of a delivery: "lost" never
+# arrived; a reply marked "delayed" is the link taking it (the delivery is logged again, unmarked,
+# when it comes). A plan marked delayed, reordered or duplicated was delivered; any other mark is
+# taken as delivered.
+NOT_DELIVERED = {"out": frozenset({"lost"}), "in": frozenset({"lost", "delayed"})}
+REPLIES = ("RESULT", "SHARD")        # the replies a round takes (a FIRED, a HELLO: said, not taken)
 SPEC_ORDER = ("step", "admitted", "scheduled", "executed", "sampled", "finished", "preempted", "reused",
               "published", "evicted", "drafted", "accepted", "rolled_back", "discarded", "returned")
 
@@ -366,8 +372,8 @@ class _Checker:
             self.bad(line, f"a {_kind_name(m)} of rank {rank}, outside the run's ranks 0..{self.n - 1}",
                      step, epoch)
             return
-        if m.get("link") in UNDELIVERED:
-            return                                   # never arrived: neither sent nor answered
+        if m.get("link") in NOT_DELIVERED[m["dir"]]:
+            return                                   # no delivery: neither sent nor answered
         if m["dir"] == "out":
             if epoch != self.epoch:
                 self.bad(line, f"a {_kind_name(m)} sent in epoch {epoch} while the run is in epoch "
@@ -384,6 +390,8 @@ class _Checker:
                 sent, _ = self._audit((step, epoch))
                 sent.add(rank)
             return
+        if kind not in REPLIES:
+            return
         if "dropped" in m:
             self.dropped += 1
             return
@@ -396,7 +404,7 @@ class _Checker:
                 self.bad(line, f"a {_kind_name(m)} of epoch {epoch} taken in epoch {self.epoch} (a reply "
                                f"of another epoch is dropped, never taken)", step, epoch, rank)
             return
-        if kind in ("RESULT", "SHARD") and self.members.get(rank) is None:
+        if self.members.get(rank) is None:
             self.bad(line, f"a {kind} taken from rank {rank}, which no member holds (no member event "
                            f"admitted one since {self._since(rank)})", step, epoch, rank)
         if kind == "RESULT":
