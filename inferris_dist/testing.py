@@ -16,6 +16,11 @@ What each policy promises (docs/faults.md):
 - recompute: the same summary (every request's tokens and how it finished); the steps may
   differ, since a recompute plans the step again from nothing.
 
+`check_history(wire_log, workload=None)` judges a run's wire log afterwards, whatever wrote
+it (inferris_dist.observe.check): every committed step joined from its epoch's results and
+following from its plan, no stale or retired reply taken, and the policy's promise against
+the reference; a `Report` of violations, empty when the history holds.
+
 Lines are SPEC §4 objects: one per step, then `{"summary": [...]}`, or the error object
 where the run failed. `comparable` is how lines compare: an error line by its kind and
 step only (its message is for people). `check_invariants(engine)` asserts the control
@@ -29,9 +34,10 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from inferris_dist.engine import CACHE, Engine, EngineError, State, Workload, load_workload, trace_dicts
+from inferris_dist.observe.check import check_log as check_history
 
-__all__ = ["InvariantBroken", "Run", "assert_holds", "check_invariants", "comparable", "first_difference",
-           "first_summary_difference", "judge", "reference", "run_on_processes"]
+__all__ = ["InvariantBroken", "Run", "assert_holds", "check_history", "check_invariants", "comparable",
+           "first_difference", "first_summary_difference", "judge", "reference", "run_on_processes"]
 
 
 def _shown(text: str) -> str:

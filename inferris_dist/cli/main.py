@@ -150,6 +150,14 @@ def build_commands(sub) -> None:
     ins.add_argument("wirelog", metavar="WIRELOG", help="a file written by launch --wire-log")
     ins.add_argument("--step", type=int_arg, metavar="K", help="show step K in full")
     ins.add_argument("--json", action="store_true", help="one JSON object per line (shapes below)")
+    from inferris_dist.cli.cmd_check import JSON_HELP as CHECK_JSON_HELP
+    chk = sub.add_parser("check", help="judge a --wire-log afterwards: every committed step joined from "
+                         "its epoch's results and following from its plan; the policy's promise",
+                         epilog=CHECK_JSON_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    chk.add_argument("wirelog", metavar="WIRELOG", help="a file written by launch --wire-log")
+    chk.add_argument("--spec", metavar="FILE", help="the run's workload (or - for stdin), for a log that "
+                     "does not record it whole; refused unless it is the run's")
+    chk.add_argument("--json", action="store_true", help="one JSON object (its shape below)")
     htm = sub.add_parser("html", help="write a --wire-log as one self-contained page: lanes for the "
                          "scheduler, every rank and request; click a step for its plan and results")
     htm.add_argument("wirelog", metavar="WIRELOG", help="a file written by launch --wire-log")
@@ -348,6 +356,11 @@ def cmd_inspect(args) -> int:
     return run_inspect(args.wirelog, args.step, sys.stdout, render.Style.for_stream(sys.stdout), args.json)
 
 
+def cmd_check(args) -> int:
+    from inferris_dist.cli.cmd_check import run_check
+    return run_check(args.wirelog, args.spec, sys.stdout, args.json)
+
+
 def cmd_html(args) -> int:
     from inferris_dist.observe.page import write_page
     write_page(args.wirelog, args.output, args.title)
@@ -362,7 +375,7 @@ def cmd_compare(args) -> int:
 
 COMMANDS = {"run": cmd_run, "demo": cmd_demo, "mechs": cmd_mechs, "launch": cmd_launch,
             "compare": cmd_compare, "keys": cmd_keys, "ladder": cmd_ladder,
-            "inspect": cmd_inspect,
+            "inspect": cmd_inspect, "check": cmd_check,
             "html": cmd_html}
 
 

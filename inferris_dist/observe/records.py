@@ -1,6 +1,7 @@
 """What crossed the boundary: per-step records, per-rank totals, and the wire log."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -60,6 +61,37 @@ class RankTotals:
         ordered = sorted(self.rtts)
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
+
+WORKLOAD_INLINE = 1 << 20     # bytes: a workload encoded within this is written whole in the run event
+
+
+def workload_dict(workload) -> dict:
+    """A workload as the run event records it: SPEC §1 JSON of what the reference engine depends
+    on, its engine values and its requests (every prompt by its tokens); not its faults, which
+    the run event lists apart."""
+    out = workload.to_dict()
+    out.pop("faults", None)
+    return out
+
+
+def workload_fields(workload) -> dict:
+    """The run event's account of its workload: `workload_digest` always ("sha256:" and the hex
+    digest of workload_dict's canonical JSON: keys sorted, no spaces), and `workload`, the
+    dict itself, when that JSON is at most WORKLOAD_INLINE bytes. Hashed as it is encoded, so a
+    big workload costs no second copy of its text."""
+    data = workload_dict(workload)
+    digest, size = hashlib.sha256(), 0
+    for chunk in _CANONICAL.iterencode(data):
+        piece = chunk.encode("ascii")
+        digest.update(piece)
+        size += len(piece)
+    out = {"workload_digest": "sha256:" + digest.hexdigest()}
+    if size <= WORKLOAD_INLINE:
+        out["workload"] = data
+    return out
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 BUFFERED_EVENTS = frozenset({"phase", "attempt", "step"})   # one per step or more: not flushed each
 CHECK_ENV = "INFERRIS_DIST_CHECK_WIRE_LOG"     # "1": every WireLog checks what it writes (the tests)

@@ -106,6 +106,9 @@ EVENTS: dict[str, Event] = {
         "scheduler_pid": req("int", "the scheduler's process"),
         "listen": req("str|null", "the address outside workers join at; null: workers spawned here"),
         "shared_clock": req("bool", "the ranks read the scheduler's clock (all on this host)"),
+        "workload_digest": req("str", '"sha256:" and the digest of the workload (records.workload_fields)'),
+        "workload": opt("object", "the workload itself (engine values and requests) when its JSON is "
+                                  "at most 1 MiB"),
     }),
     "member": Event("a member admitted to a rank (each epoch)", {
         "rank": req("int", "the rank it holds"),

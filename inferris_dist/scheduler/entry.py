@@ -26,7 +26,7 @@ from typing import Iterator
 
 from inferris_dist.engine import Workload, load_workload
 from inferris_dist.observe.recorder import Recorder
-from inferris_dist.observe.records import WireLog
+from inferris_dist.observe.records import WireLog, workload_fields
 from inferris_dist.protocol.faults import parse_faults
 from inferris_dist.scheduler.group import ProcessGroup
 from inferris_dist.scheduler.options import LaunchOptions
@@ -65,7 +65,8 @@ def launch(workload: Workload | dict | str | Path, world_size: int | None = None
                  config={k: getattr(cfg, k) for k in ("max_step_tokens", "page_size", "num_pages",
                                                       "spec_len", "world_size")},
                  requests=len(workload.requests), scheduler_pid=os.getpid(), listen=options.listen,
-                 shared_clock=options.listen is None)
+                 shared_clock=options.listen is None,
+                 **(workload_fields(workload) if log is not None else {}))
     engine, ended = None, None
     try:
         with ProcessGroup(workload, options, recorder) as group:
