@@ -41,6 +41,7 @@ class RankTotals:
 
 
 BUFFERED_EVENTS = frozenset({"phase", "attempt", "step"})   # one per step or more: not flushed each
+FLUSH_EVERY = 0.2      # seconds: while steps commit, what is buffered reaches the file this often
 CHECK_ENV = "INFERRIS_DIST_CHECK_WIRE_LOG"     # "1": every WireLog checks what it writes (the tests)
 
 
@@ -58,6 +59,7 @@ class WireLog:
         self.stream = stream
         self.name = f"{name} {getattr(stream, 'name', '')}".strip()
         self.broken: OSError | None = None    # the first write that failed: nothing is written after
+        self._flushed = time.monotonic()      # when the buffer last went to the file
         if checked if checked is not None else os.environ.get(CHECK_ENV) == "1":
             self._write = self._checked_write
 
@@ -71,12 +73,16 @@ class WireLog:
 
     def event(self, event: str, t: float | None = None, **fields: Any) -> None:
         """Something that happened (`t`: when it began, default now). A loss, a restart or a
-        note is flushed at once, so `tail -f` sees it as it happens (messages and the per-step
-        events are written through the buffer)."""
-        self._write({"t": round(time.monotonic() if t is None else t, 6), "event": event, **fields})
-        if event not in BUFFERED_EVENTS and self.broken is None:
+        note is flushed at once, so `tail -f` sees it as it happens; messages and the per-step
+        events are written through the buffer, which a per-step event flushes when the last
+        flush is FLUSH_EVERY old (a follower sees the steps within a fraction of a second, and
+        a fast run does not pay a flush per line)."""
+        now = time.monotonic()
+        self._write({"t": round(now if t is None else t, 6), "event": event, **fields})
+        if self.broken is None and (event not in BUFFERED_EVENTS or now - self._flushed >= FLUSH_EVERY):
             try:
                 self.stream.flush()
+                self._flushed = now
             except OSError as e:
                 self._lost(e)
 
