@@ -13,11 +13,15 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import generate_latest
 
 from inferris_dist.observe.live.state import Histogram, LiveState
 
 __all__ = ["CONTENT_TYPE_LATEST", "FAMILIES", "exposition"]
+
+# The text format, version 0.0.4 (what every Prometheus server reads; newer clients also
+# label their output 1.0.0, the same bytes for names of plain ASCII as these are).
+CONTENT_TYPE_LATEST = "text/plain; version=0.0.4; charset=utf-8"
 
 # name (as the text format shows it), type, labels, meaning
 FAMILIES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (

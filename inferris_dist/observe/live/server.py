@@ -68,6 +68,8 @@ def parse_address(value: str, flag: str = "--serve") -> tuple[str, int]:
         host, port = text[1:close], text[close + 2:]
     elif ":" in text:
         host, _, port = text.rpartition(":")
+        if ":" in host:
+            raise AddressError(f"{flag} {value!r}: an IPv6 address goes in brackets: [::1]:PORT")
     if not port.isdigit() or not port.isascii() or len(port) > 5 or int(port) > 65535:
         raise AddressError(f"{flag} {value!r}: the port must be a number from 0 to 65535")
     if host == "localhost":
@@ -290,12 +292,9 @@ class LiveServer:
         except (OSError, ConnectionError):
             pass                         # the client went away, or stopped reading: dropped
         finally:
+            _close(conn)
             with self.lock:
                 self.clients -= 1
-            try:
-                conn.close()
-            except OSError:
-                pass
 
     def _answer(self, conn: socket.socket) -> None:
         try:
@@ -428,6 +427,27 @@ def _refuse(conn: socket.socket) -> None:
     try:
         conn.setblocking(False)
         conn.send(REFUSED)
+        conn.shutdown(socket.SHUT_WR)
+        conn.recv(65536)             # what already came, dropped: a close with it unread resets
+    except OSError:
+        pass
+    finally:
+        try:
+            conn.close()
+        except OSError:
+            pass
+
+
+def _close(conn: socket.socket) -> None:
+    """Close after the response: what the client still sends is read and dropped for a moment
+    (up to 64 kB, 0.2 s), so that closing with unread bytes does not reset the connection and
+    lose the response on its way."""
+    try:
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(0.2)
+        left = 64 << 10
+        while left > 0 and (chunk := conn.recv(16384)):
+            left -= len(chunk)
     except OSError:
         pass
     finally:
