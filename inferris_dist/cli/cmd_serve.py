@@ -32,6 +32,7 @@ from inferris_dist.observe.words import shown
 PR_SET_PDEATHSIG = 1
 LAUNCH_LINGER = 0.0          # launch: the server stops as the run ends (its pages told first)
 END_SECONDS = 5.0            # the wait for the last message to reach the open pages
+NICE = 10                    # launch's server: an observer, scheduled after the run's processes
 
 
 def listening_socket(value: str, flag: str = "--serve") -> socket.socket:
@@ -73,6 +74,10 @@ def run_serve(args) -> int:
     child = args.fd is not None
     if child:
         _die_with(args.parent)
+        try:
+            os.nice(NICE)        # the run's own processes come first when the cores are busy
+        except OSError:
+            pass
         sock = socket.socket(fileno=args.fd)
     else:
         sock = listening_socket(args.address, "--address")

@@ -60,6 +60,8 @@ class WireLog:
         self.name = f"{name} {getattr(stream, 'name', '')}".strip()
         self.broken: OSError | None = None    # the first write that failed: nothing is written after
         self._flushed = time.monotonic()      # when the buffer last went to the file
+        self._body: Any = None                # the last body logged, and its JSON-able form: a
+        self._jsonable: Any = None            # plan goes to every rank, equal results come as one
         if checked if checked is not None else os.environ.get(CHECK_ENV) == "1":
             self._write = self._checked_write
 
@@ -67,9 +69,11 @@ class WireLog:
                 num_bytes: int | None, body: Any, t: float | None = None, **extra: Any) -> None:
         """A message that crossed; `t` when it crossed (default: now), `extra` what more is known
         of it (a RESULT's send time, round trip and the rank's own times)."""
+        if body is not self._body:
+            self._body, self._jsonable = body, to_jsonable(body)
         self._write({"t": round(time.monotonic() if t is None else t, 6), "dir": direction,
                      "rank": rank, "epoch": epoch, "step": step, "type": kind, "bytes": num_bytes,
-                     "body": to_jsonable(body), **extra})
+                     "body": self._jsonable, **extra})
 
     def event(self, event: str, t: float | None = None, **fields: Any) -> None:
         """Something that happened (`t`: when it began, default now). A loss, a restart or a
