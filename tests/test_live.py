@@ -21,11 +21,13 @@ With processes (the CLI, workers, Prometheus, a browser):
 10. a real Prometheus scrapes a live run, and PromQL gives the run's requests finished,
     generation tokens and steps at the end (skipped where /usr/bin/prometheus is missing);
 11. headless Chromium watches the live page of a run with a loss: the steps grow, the loss and
-    the restart appear, the end is said, with no console error and no request beyond the server.
+    the restart appear, the end is said, with no console error and no request beyond the server;
+12. the server is gone when its run ends, and when its launch is killed with SIGKILL.
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -569,3 +571,28 @@ def test_the_live_script_is_the_pages_first(tmp_path):
                               capture_output=True, text=True, timeout=30)
         assert done.returncode == 0, done.stderr
 
+
+
+def servers() -> dict[int, bytes]:
+    from tests.helpers.procs import descendants
+    return {pid: cmd for pid, cmd in descendants(os.getpid()).items() if b"inferris_dist.cli serve" in cmd}
+
+
+@pytest.mark.procs
+def test_the_server_is_gone_when_the_run_ends_or_is_killed(faulted):
+    done = launch("--world-size", "2", "--serve", "127.0.0.1:0", "--json")
+    assert done.returncode == 0 and "serving the run at http://127.0.0.1:" in done.stderr
+    assert wait_until(lambda: not servers(), 5), servers()
+    run = subprocess.Popen([*CLI, "launch", "--spec", str(faulted["spec"]), "--exec-cost", "50ms", "--serve",
+                            "127.0.0.1:0", "--json"], cwd=REPO, env=ENV, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        Lines(run.stderr).until(r"serving the run at http://", 20)
+        assert wait_until(lambda: servers(), 10)
+        run.kill()                                          # SIGKILL: no chance to stop its server
+        run.wait(10)
+        assert wait_until(lambda: not servers(), 10), servers()
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(5)
