@@ -30,7 +30,7 @@ def example(name: str, *args, cwd, timeout: float = 90) -> str:
 
 def test_every_example_is_run_here():
     ran = {"library.py", "serving.py", "bench_boundary.py", "bench_overlap.py", "bench_hosts.py",
-           "faults.sh", "faulty.spec.json",           # faults.sh's workload
+           "bench_serve.py", "faults.sh", "faulty.spec.json",           # faults.sh's workload
            "bare_echo.py",                            # bench_boundary.py's transport floor
            "test_my_executor.py"}                     # test_testing_api.py: pytest in a clean venv
     assert {p.name for p in EXAMPLES.iterdir() if p.is_file()} == ran
@@ -64,6 +64,14 @@ def test_bench_overlap(tmp_path):
     rows = [line for line in out.splitlines() if re.match(r"\s*[\d.]+ ms\s+(full|overlap)\s", line)]
     assert len(rows) == 4, out                       # each rung at each cost, traces checked
     assert re.search(r"overlap .*\d\.\d\dx$", rows[1]), out
+
+
+def test_bench_serve(tmp_path):
+    out = example("bench_serve.py", "--requests", 20, "--world-size", 2, "--costs", "0", "--repeat", 1,
+                  cwd=tmp_path)
+    rows = [line for line in out.splitlines() if "us/step best" in line]
+    assert [row.split()[0] for row in rows] == ["plain", "wire", "serve", "serve"], out   # traces checked
+    assert re.search(r"serve \+ page .*\d\.\d{3}x plain$", rows[3]), out
 
 
 def test_bench_hosts(tmp_path):

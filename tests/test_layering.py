@@ -29,7 +29,7 @@ from tests.helpers.external import REPO
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
 STDLIB = set(sys.stdlib_module_names)
-THIRD_PARTY = {"zmq", "msgpack"}
+THIRD_PARTY = {"zmq", "msgpack", "prometheus_client"}
 PARTS = {   # a part -> the parts it may import (besides itself, the stdlib and THIRD_PARTY)
     "engine": set(),
     "launcher": set(),

@@ -32,7 +32,19 @@ def options_from_args(args, timeline: Timeline | None, log_stream, on_waiting,
 
 def run_launch(workload, name: str, args) -> int:
     """`inferris-dist launch`: print every step and what crossed, or `--json` (the bytes of
-    `run --json`); exit 1 with the diagnosis when the ranks fail."""
+    `run --json`); exit 1 with the diagnosis when the ranks fail. With `--serve` the run is
+    served live while it runs (cmd_serve.LaunchServer), by a process of its own."""
+    from inferris_dist.cli.cmd_serve import LaunchServer
+    server = LaunchServer(getattr(args, "serve", None), getattr(args, "serve_linger", 0.0))  # binds now
+    try:
+        status = _run_launch(workload, name, args, server)
+        server.finish(server.log_ok)
+    finally:
+        server.close()
+    return status
+
+
+def _run_launch(workload, name: str, args, server) -> int:
     from inferris_dist.observe.metrics import Metrics, MetricsFile, empty_document, error_object, timed
     as_json = args.json
     out = sys.stdout
@@ -44,7 +56,10 @@ def run_launch(workload, name: str, args) -> int:
     status = EXIT_OK
     failure = interrupted = None
     with ExitStack() as opened:              # bad input before the run: whatever was opened, undone
-        html = HtmlPage(getattr(args, "html", None), args.wire_log)
+        wire_log = args.wire_log
+        if server.wanted and wire_log is None:          # served: a wire log of our own to follow
+            wire_log = server.private_log()
+        html = HtmlPage(getattr(args, "html", None), wire_log)
         opened.callback(html.discard)        # (no temporary wire log left behind)
         log_stream = _open_for_writing(html.wire_log, "--wire-log", opened)
         timeline_stream = _open_for_writing(args.timeline, "--timeline", opened)
@@ -56,6 +71,8 @@ def run_launch(workload, name: str, args) -> int:
         options = options_from_args(args, timeline, log_stream,
                                     lambda *waiting: announce(args, workload, *waiting), name)
         options.check()
+        if server.wanted:
+            server.start(html.wire_log, name)
         opened.pop_all()                     # the run starts: they stay open until it ends
     metrics = None
 
@@ -127,6 +144,7 @@ def run_launch(workload, name: str, args) -> int:
         closing = html.write(name, closing)
     _say_unfired(group, engine)
     lost_log = group.wire_log.broken if group is not None and group.wire_log else None
+    server.log_ok = lost_log is None and closing is None
     if lost_log is not None and closing is None:     # the run went on without its wire log
         closing = machine_failure(lost_log, _log_flag(args, html))
         closing.message += " (the run went on without the rest of its wire log)"
@@ -264,6 +282,8 @@ def _log_flag(args, html) -> str:
     """How to name the wire log in a message: the flag and file, or the page's own log."""
     if args.wire_log is not None:
         return f"--wire-log {args.wire_log}"
+    if getattr(args, "html", None) is None:
+        return f"--serve's wire log {html.wire_log}"
     return f"--html's wire log {html.wire_log}"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -19,6 +20,7 @@ from inferris_dist.cli.args import (
     EXIT_OK,
     EXIT_TERMINATED,
     EXIT_USAGE,
+    MAX_SECONDS,
     Parser,
     Terminated,
     UsageError,
@@ -114,6 +116,29 @@ def add_launch_flags(p) -> None:
                         "replacement to join (default 30)")
 
 
+def linger_arg(text: str) -> float:
+    """--serve-linger: seconds >= 0 (0: the server stops as the run ends)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
+        raise argparse.ArgumentTypeError(f"want a number of seconds >= 0 and <= {MAX_SECONDS:g}, "
+                                         f"got {text!r}")
+    return value
+
+
+def add_serve_flags(p) -> None:
+    """launch's --serve and --serve-linger."""
+    g = p.add_argument_group("watching the run live")
+    g.add_argument("--serve", metavar="[HOST:]PORT",
+                   help="serve the live page, /metrics (Prometheus), /health and /status while the run "
+                        "runs (HOST default 127.0.0.1; PORT 0: any free one; the URL goes to stderr)")
+    g.add_argument("--serve-linger", type=linger_arg, default=0.0, metavar="SECONDS",
+                   help="keep serving this long after the run ends (default 0: stop once the open "
+                        "pages were told the end)")
+
+
 def _version() -> str:
     try:
         from importlib.metadata import version
@@ -163,6 +188,18 @@ def build_commands(sub) -> None:
     htm.add_argument("wirelog", metavar="WIRELOG", help="a file written by launch --wire-log")
     htm.add_argument("-o", "--output", required=True, metavar="FILE", help="the page to write")
     htm.add_argument("--title", help="the page's title (default: the run's name)")
+    srv = sub.add_parser("serve", help="follow a wire log as it is written (tail -f) and serve the "
+                         "live page, /metrics, /health and /status until Ctrl-C")
+    srv.add_argument("wirelog", metavar="WIRELOG", help="a wire log being written (launch --wire-log, "
+                     "the library's wire_log=), or one already written")
+    srv.add_argument("--address", default="127.0.0.1:0", metavar="[HOST:]PORT",
+                     help="where to serve (default 127.0.0.1:0: loopback, any free port; the URL goes "
+                          "to stderr)")
+    srv.add_argument("--serve-linger", type=linger_arg, default=None, metavar="SECONDS",
+                     help="stop this long after the run's end record (default: keep serving until Ctrl-C)")
+    srv.add_argument("--title", help="the page's title (default: the run's name)")
+    srv.add_argument("--fd", type=int, help=argparse.SUPPRESS)        # launch --serve: its bound socket
+    srv.add_argument("--parent", type=int, help=argparse.SUPPRESS)    # launch --serve: die with it
     lad = sub.add_parser("ladder", help="run a workload at every rung of the mechanism ladder; "
                          "one table of what each mechanism buys")
     add_workload_flags(lad)
@@ -177,6 +214,7 @@ def build_commands(sub) -> None:
     add_output_flags(la)
     la.add_argument("--wire-log", metavar="FILE", help="write every message that crossed as JSON lines")
     add_launch_flags(la)
+    add_serve_flags(la)
     co = sub.add_parser("compare", help="run in process and on worker processes; check the policy's "
                         "promise (the same trace; under recompute, the same summary)")
     add_workload_flags(co)
@@ -367,6 +405,11 @@ def cmd_html(args) -> int:
     return EXIT_OK
 
 
+def cmd_serve(args) -> int:
+    from inferris_dist.cli.cmd_serve import run_serve
+    return run_serve(args)
+
+
 def cmd_compare(args) -> int:
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
     from inferris_dist.cli import cmd_launch as launching
@@ -376,7 +419,7 @@ def cmd_compare(args) -> int:
 COMMANDS = {"run": cmd_run, "demo": cmd_demo, "mechs": cmd_mechs, "launch": cmd_launch,
             "compare": cmd_compare, "keys": cmd_keys, "ladder": cmd_ladder,
             "inspect": cmd_inspect, "check": cmd_check,
-            "html": cmd_html}
+            "html": cmd_html, "serve": cmd_serve}
 
 
 def _attach_dashed_values(argv: list[str]) -> list[str]:

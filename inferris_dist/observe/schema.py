@@ -100,6 +100,7 @@ EVENTS: dict[str, Event] = {
         "world_size": req("int", "ranks"),
         "rung": req("str", "the rung of the ladder"),
         "policy": req("str", "--on-rank-loss"),
+        "max_restarts": req("int", "--max-restarts: recoveries allowed in the run"),
         "faults": req("list", "the faults to inject, as written (RANK:KIND@STEP...)", items="str"),
         "config": req("object", "max_step_tokens, page_size, num_pages, spec_len, world_size"),
         "requests": req("int", "requests in the workload"),
@@ -133,6 +134,8 @@ EVENTS: dict[str, Event] = {
         "epoch": req("int", "the epoch it committed in"),
         "trace": req("object", "the step's trace (the --json line)"),
         "counters": req("object", "the counters after it (as --metrics)"),
+        "prompt_tokens": req("int", "prompt tokens of the requests admitted in it, and again of those "
+                                    "preempted in it (--metrics' prompt_tokens, step by step)"),
     }),
     "audit": Event("a shard audit every shard passed", {
         "step": req("int", "the step after which it ran"),

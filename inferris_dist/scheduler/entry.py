@@ -61,6 +61,7 @@ def launch(workload: Workload | dict | str | Path, world_size: int | None = None
     recorder = Recorder(n, log, options.timeline, shared_clock=options.listen is None)
     cfg = workload.config
     recorder.run(name=options.name, world_size=n, rung=options.rung, policy=options.on_rank_loss,
+                 max_restarts=options.max_restarts,
                  faults=[f.text for f in fault_list],
                  config={k: getattr(cfg, k) for k in ("max_step_tokens", "page_size", "num_pages",
                                                       "spec_len", "world_size")},
