@@ -31,7 +31,29 @@ from typing import Callable, Iterable, Sequence
 from inferris_dist.engine import CACHE, Engine, EngineError, State, Workload, load_workload, trace_dicts
 
 __all__ = ["InvariantBroken", "Run", "assert_holds", "check_invariants", "comparable", "first_difference",
-           "first_summary_difference", "judge", "reference", "run_on_processes"]
+           "first_summary_difference", "judge", "reference", "run_on_processes",
+           # chaos (docs/chaos.md), loaded on first use
+           "WIRE_LOG_CHECKERS", "Break", "ChaosConfig", "Outcome", "Reference", "Report", "Reproducer",
+           "Schedule", "Session", "Shrunk", "draw_faults", "explore", "fault_kinds", "judge_promise",
+           "judge_run", "merge_reports", "random_workloads", "reference_of", "schedule_at", "shrink",
+           "write_reproducer"]
+
+# Chaos exploration lives in this package's modules, imported when one of its names is first used.
+_CHAOS = {name: module for module, names in (
+    ("harness", ("WIRE_LOG_CHECKERS", "Outcome", "Session")),
+    ("verdicts", ("Break", "Reference", "judge_promise", "judge_run", "reference_of")),
+    ("schedules", ("Schedule", "draw_faults", "fault_kinds", "random_workloads")),
+    ("exploring", ("ChaosConfig", "Report", "explore", "merge_reports", "schedule_at")),
+    ("shrinking", ("Reproducer", "Shrunk", "shrink", "write_reproducer"))) for name in names}
+
+
+def __getattr__(name: str):
+    if name in _CHAOS:
+        import importlib
+        value = getattr(importlib.import_module(f"{__name__}.{_CHAOS[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _shown(text: str) -> str:
