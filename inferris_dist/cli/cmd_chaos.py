@@ -19,7 +19,7 @@ from inferris_dist.engine.rungs import NAMES as RUNG_NAMES
 from inferris_dist.protocol.faults import POLICIES
 
 DEFAULT_RUNS = 100
-DEFAULT_STEP_TIMEOUT = 0.25
+DEFAULT_STEP_TIMEOUT = 0.25     # harness.DEFAULT_STEP_TIMEOUT (not imported: the CLI's parser stays light)
 PROMISE_KINDS = ("differs", "failed", "steps-before", "failure-kind", "blame")   # what compare also sees
 
 
@@ -256,7 +256,7 @@ def table_text(report) -> str:
             runs, breaks = report.cells.get((kind, p, r), [0, 0])
             row.append(f"{runs}/{breaks}")
         rows.append(row)
-    rows.append(["all runs", *[f"{t[0]}/{t[1]}" for t in (report.totals.get(c, [0, 0]) for c in columns)]])
+    rows.append(["total", *[f"{t[0]}/{t[1]}" for t in (report.totals.get(c, [0, 0]) for c in columns)]])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(v.ljust(widths[0]) if i == 0 else v.rjust(widths[i]) for i, v in enumerate(r)).rstrip()
              for r in rows]

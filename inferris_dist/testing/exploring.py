@@ -19,7 +19,7 @@ from typing import Callable, Iterator, Sequence
 
 from inferris_dist.engine import Workload, WorkloadError
 from inferris_dist.protocol.faults import POLICIES
-from inferris_dist.testing.harness import Outcome, Session
+from inferris_dist.testing.harness import DEFAULT_STEP_TIMEOUT, Outcome, Session
 from inferris_dist.testing.schedules import (
     Schedule,
     draw_faults,
@@ -44,7 +44,7 @@ class ChaosConfig:
     world_sizes: tuple[int, ...] | None = None
     kinds: dict[str, float] | None = None
     max_faults: int = 3
-    step_timeout: float = 0.25
+    step_timeout: float = DEFAULT_STEP_TIMEOUT
     max_restarts: int = 3
     random_workloads: bool = False          # the workloads were drawn from the seed (for the report)
 
@@ -228,12 +228,12 @@ def _kind_of(spec: str) -> str:
 def explore(config: ChaosConfig, *, runs: int | None = None, seconds: float | None = None,
             shard: tuple[int, int] = (0, 1), session: Session | None = None,
             engine_class: type | None = None, checkers: Sequence | None = None,
-            on_run: Callable[[Outcome, Report], None] | None = None) -> Report:
+            on_run: Callable[[Outcome, Report], None] | None = None, stop_on_break: bool = False) -> Report:
     """Run the config's schedules (`runs` of the unsharded sequence, or as many as fit in
     `seconds`; only shard K of N's) on real processes, each judged (harness.Session.run); the
     report. `session`: one to reuse (else one is made here, with the config's step timeout and
     restart budget, `engine_class` and `checkers`, and closed at the end). `on_run(outcome,
-    report)` is told of every run as it ends."""
+    report)` is told of every run as it ends; `stop_on_break`: stop at the first break."""
     if runs is None and seconds is None:
         raise WorkloadError("give a number of runs or a time to explore for")
     k, n = shard
@@ -257,6 +257,8 @@ def explore(config: ChaosConfig, *, runs: int | None = None, seconds: float | No
             report.seconds = time.monotonic() - started
             if on_run is not None:
                 on_run(outcome, report)
+            if stop_on_break and report.breaks:
+                break
     finally:
         report.seconds = time.monotonic() - started
         if own:

@@ -44,6 +44,7 @@ from inferris_dist.testing.verdicts import (
 # `check_log(path) -> list[Violation]`) goes in this list.
 WIRE_LOG_CHECKERS: list[Callable[[Path], list]] = [log_is_complete]
 
+DEFAULT_STEP_TIMEOUT = 0.25   # a rank lost after this long: short, since a hang waits all of it out
 LEFT_WITHIN = 2.0        # seconds a run's workers may take to be gone once the run has returned
 WORKER_MODULE = "inferris_dist.rank.cli"
 
@@ -67,7 +68,7 @@ class Session:
     """Runs on processes with what can be shared between runs kept for the next (see above).
     A context manager: on the way out the template is stopped and every directory removed."""
 
-    def __init__(self, *, step_timeout: float = 0.5, max_restarts: int = 3,
+    def __init__(self, *, step_timeout: float = DEFAULT_STEP_TIMEOUT, max_restarts: int = 3,
                  checkers: Sequence[Callable[[Path], list]] | None = None, engine_class: type | None = None,
                  share_template: bool = True, left_within: float = LEFT_WITHIN, exec_cost=None):
         self.step_timeout = step_timeout
@@ -85,7 +86,7 @@ class Session:
         self.runs = 0
 
     def __enter__(self) -> "Session":
-        self.logs = Path(tempfile.mkdtemp(prefix="inferris-chaos-"))
+        self.logs = Path(tempfile.mkdtemp(prefix=f"inferris-chaos-{os.getpid()}-"))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -111,7 +112,7 @@ class Session:
             self.references[key] = reference_of(workload, rung)
         return self.references[key]
 
-    def _template(self) -> Template | None:
+    def shared_template(self) -> Template | None:
         if not self.share_template:
             return None
         if self.template is not None and not self.template.alive():
@@ -143,7 +144,7 @@ class Session:
         options = dict(step_timeout=self.step_timeout, rung=schedule.rung, wire_log=str(log),
                        max_restarts=self.max_restarts if max_restarts is None else max_restarts,
                        name=schedule.workload)
-        template = self._template()
+        template = self.shared_template()
         if template is not None:
             options["template"] = template
         if self.exec_cost is not None:
