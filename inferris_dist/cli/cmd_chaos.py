@@ -229,8 +229,8 @@ def _header(config, seed: int, drawn: bool, runs, seconds, shard) -> str:
     kinds = config.kinds
     kinds_text = (f"every kind ({len(kinds)})" if len(kinds) == len(_all_kinds()) and
                   set(kinds.values()) == {1.0} else ", ".join(kinds))
-    sizes = ", ".join(map(str, config.world_sizes)) if config.world_sizes else "each workload's"
-    much = f"{runs} schedules" if runs is not None else f"schedules for {seconds:g} s"
+    sizes = ", ".join(map(str, config.world_sizes)) if config.world_sizes else "the workload's"
+    much = f"{runs} schedule{'s' * (runs != 1)}" if runs is not None else f"schedules for {seconds:g} s"
     part = f" (shard {shard[0]}/{shard[1]})" if shard != (0, 1) else ""
     again = f" (drawn: --seed {seed} runs these again)" if drawn else ""
     return (f"chaos: seed {seed}{again}, {much}{part} on {names}; rung {', '.join(config.rungs)}; "
@@ -268,14 +268,14 @@ def coverage_text(report) -> str:
     never = report.never_fired
     n = len(report.kinds)
     if not never:
-        return f"coverage: every kind drawn fired at least once ({n} of {n})"
+        return f"coverage: every kind fired at least once ({n} of {n})"
     return f"coverage: {n - len(never)} of {n} kinds fired; never fired: {', '.join(never)}"
 
 
 def summary_text(report) -> str:
     rate = report.runs / report.seconds * 60 if report.seconds > 0 else 0.0
     verdict = "none broke" if not report.breaks else f"{report.broke} broke"
-    return (f"{report.runs} runs in {report.seconds:.1f} s ({rate:,.0f} a minute): "
+    return (f"{report.runs} run{'s' * (report.runs != 1)} in {report.seconds:.1f} s ({rate:,.0f} a minute): "
             f"{report.held} held, {verdict}")
 
 

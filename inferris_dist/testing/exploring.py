@@ -243,7 +243,7 @@ def explore(config: ChaosConfig, *, runs: int | None = None, seconds: float | No
     if own:
         session = Session(step_timeout=config.step_timeout, max_restarts=config.max_restarts,
                           checkers=checkers, engine_class=engine_class)
-    report = Report(config.to_json(), config.seed, shard)
+    report = Report({**config.to_json(), "schedules": runs, "time": seconds}, config.seed, shard)
     started = time.monotonic()
     try:
         if own:
