@@ -151,11 +151,14 @@ def _error_words(err: dict) -> str:
 
 # -- the wire log ---------------------------------------------------------------------------
 
-def read_wire_log(path: str | Path) -> list[dict]:
-    """A wire log's lines as objects (a line that is not JSON is kept as {"unreadable": text})."""
+def read_wire_log(path: str | Path, having: str | None = None) -> list[dict]:
+    """A wire log's lines as objects (a line that is not JSON is kept as {"unreadable": text});
+    with `having`, only the lines that hold that text."""
     out = []
     with open(path, errors="replace") as f:
         for line in f:
+            if having is not None and having not in line:
+                continue
             try:
                 out.append(json.loads(line))
             except ValueError:
@@ -217,7 +220,7 @@ def judge_run(reference: Reference, run: Run, faults: Sequence[str], policy: str
             if problems:
                 return Break("wire-log", f"{getattr(check, '__name__', 'checker')}: {problems[0]}")
         if policy == "restore" and run.error is None:
-            found = judge_counters(reference, read_wire_log(path))
+            found = judge_counters(reference, read_wire_log(path, '"event": "step"'))
             if found is not None:
                 return found
     if left_running:
