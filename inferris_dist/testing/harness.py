@@ -73,7 +73,8 @@ class Session:
                  share_template: bool = True, left_within: float = LEFT_WITHIN, exec_cost=None):
         self.step_timeout = step_timeout
         self.max_restarts = max_restarts
-        self.checkers = list(WIRE_LOG_CHECKERS if checkers is None else checkers)
+        # the list itself, not a copy: a checker added to WIRE_LOG_CHECKERS later is used too
+        self.checkers = WIRE_LOG_CHECKERS if checkers is None else list(checkers)
         self.engine_class = engine_class
         self.share_template = share_template
         self.left_within = left_within
