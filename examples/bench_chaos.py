@@ -117,6 +117,9 @@ def main() -> int:
         print(f"{'a loop of inferris-dist compare':<44} {len(loop):>9} {loop_held:>5} {loop_s:>8.1f} "
               f"{loop_rate:>11.0f}")
         print(f"chaos is {chaos_rate / loop_rate:.1f}x the loop")
+    for o in outcomes:
+        if o.brk is not None:
+            print(f"broke: {o.schedule}: {o.brk}")
     cheap = [o.seconds for o in outcomes if not costly(o.schedule, args.step_timeout)]
     dear = [o.seconds for o in outcomes if costly(o.schedule, args.step_timeout)]
     print("where a chaos run's time goes:")
