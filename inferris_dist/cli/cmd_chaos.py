@@ -9,6 +9,7 @@ import re
 import secrets
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from inferris_dist.cli import render
@@ -139,6 +140,8 @@ def run_chaos(args) -> int:
     for name in ("max_shrinks", "shrink_runs", "reruns"):
         if getattr(args, name) < 0:
             raise UsageError(f"inferris-dist chaos: --{name.replace('_', '-')} must be >= 0")
+    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"inferris-dist chaos: --out {render.shown(args.out)} is not a directory")
     drawn_seed = args.seed is None
     seed = secrets.randbelow(2**31) if drawn_seed else args.seed
     knobs = {k: getattr(args, k) for k in ("max_step_tokens", "page_size", "num_pages", "spec_len")}
@@ -149,7 +152,6 @@ def run_chaos(args) -> int:
         if workload.faults:
             sys.stderr.write(f"inferris-dist: note: the workload's own faults "
                              f"({', '.join(workload.faults)}) are left out: chaos draws the faults\n")
-            from dataclasses import replace
             workload = replace(workload, faults=())
         workloads = [(name, workload)]
     config = ChaosConfig(workloads, seed, tuple(args.rung), tuple(args.policy), args.world_size,
@@ -215,6 +217,8 @@ def shrink_breaks(report, config, session, args, out) -> None:
                   f"{shrunk.seconds:.1f} s{spent}: {render.shown(shrunk.minimal.describe())}\n")
         out.write(f"    {render.shown(shrunk.brk.reason)}\n")
         out.write(f"    reproduce: {render.shown(repro.command)}\n")
+        if repro.wire_log is not None:
+            out.write(f"    the wire log of a run that broke: {render.shown(str(repro.wire_log))}\n")
         if b.kind not in PROMISE_KINDS:
             out.write(f"    (compare judges the promise only: a {b.kind} break shows in chaos's own "
                       f"checks of the run)\n")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -337,6 +338,7 @@ class Reproducer:
     world_size: int
     broke: int = 0
     of: int = 0
+    wire_log: Path | None = None      # kept from the first re-run that broke
 
     def verdict(self) -> str:
         if self.of == 0:
@@ -349,7 +351,8 @@ class Reproducer:
 
     def to_json(self) -> dict:
         return {"command": self.command, "spec": str(self.spec), "faults": list(self.faults),
-                "policy": self.policy, "world_size": self.world_size, "broke": self.broke, "of": self.of}
+                "policy": self.policy, "world_size": self.world_size, "broke": self.broke, "of": self.of,
+                "wire_log": None if self.wire_log is None else str(self.wire_log)}
 
 
 def fresh_path(directory: Path, stem: str, suffix: str) -> Path:
@@ -410,7 +413,8 @@ def write_reproducer(shrunk: Shrunk, schedule: Schedule, directory: Path, *, ses
                      reruns: int = DEFAULT_RERUNS, stem: str | None = None, step_timeout: float = 10.0,
                      max_restarts: int = 3) -> Reproducer:
     """Write the minimal workload into `directory` (a fresh file), make its command, and run it
-    `reruns` times through `session` to say how often it breaks the same way."""
+    `reruns` times through `session` to say how often it breaks the same way (the wire log of the
+    first re-run that does is kept beside the workload, for a checker of wire logs)."""
     c = shrunk.minimal
     spec = fresh_path(directory, stem or f"break-{schedule.index}", ".spec.json")
     data = c.workload.with_config(world_size=c.world_size).to_dict()
@@ -424,6 +428,10 @@ def write_reproducer(shrunk: Shrunk, schedule: Schedule, directory: Path, *, ses
                      c.faults)
         for _ in range(reruns):
             repro.of += 1
-            found = session.run(c.workload, s).brk
-            repro.broke += found is not None and found.kind == shrunk.brk.kind
+            outcome = session.run(c.workload, s)
+            same = outcome.brk is not None and outcome.brk.kind == shrunk.brk.kind
+            repro.broke += same
+            if same and repro.wire_log is None and outcome.wire_log is not None:
+                repro.wire_log = fresh_path(directory, spec.name.removesuffix(".spec.json"), ".wire.jsonl")
+                shutil.copyfile(outcome.wire_log, repro.wire_log)
     return repro
