@@ -27,11 +27,11 @@ PROMISE_KINDS = ("differs", "failed", "steps-before", "failure-kind", "blame")  
 def add_chaos_parser(sub) -> None:
     p = sub.add_parser("chaos", help="explore fault schedules drawn from a seed on real processes; each "
                        "run judged by its policy's promise, a break shrunk to a reproducer",
-                       description="Draw fault schedules from --seed, run each on real worker "
-                       "processes and judge it: restore keeps the trace, recompute the summary, abort "
-                       "fails naming a faulted rank; nothing is left running. A break is shrunk to a "
-                       "reproducer (an `inferris-dist compare` command and its workload file). "
-                       "`inferris-dist chaos merge REPORT...` joins --json reports of shards.",
+                       description="Draw fault schedules from --seed, run each on real worker processes and\n"
+                       "judge it: restore keeps the trace, recompute the summary, abort fails naming a\n"
+                       "faulted rank; nothing is left running. A break is shrunk to a reproducer (an\n"
+                       "`inferris-dist compare` command and its workload file). `inferris-dist chaos\n"
+                       "merge REPORT...` joins the --json reports of shards (docs/chaos.md).",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("workloads (default: the built-in demo)")
     g.add_argument("--spec", metavar="FILE", help="workload JSON file, or - for stdin")
