@@ -194,7 +194,11 @@ def test_no_restarts_breaks_restore_and_shrinks_to_one_fault_with_a_reproducer_t
     (["--spec", "no-such-file.json"], "no-such-file.json"),
 ])
 def test_bad_input_is_one_line_and_exit_status_2(capsys, args, says):
-    assert main(["chaos", *args]) == 2
+    before = signal.getsignal(signal.SIGTERM)        # main() installs its own: not for pytest to keep
+    try:
+        assert main(["chaos", *args]) == 2
+    finally:
+        signal.signal(signal.SIGTERM, before)
     err = capsys.readouterr().err
     assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
 
