@@ -102,6 +102,15 @@ def test_every_schedule_the_strategy_draws_is_valid_input(faults):
         assert parse_fault(spec, 4).step < 6
 
 
+@pytest.mark.procs
+def test_a_time_bound_ends_the_exploration_after_the_run_in_progress():
+    started = time.monotonic()
+    report = testing.explore(demo_config(2, kinds={"duplicate": 1.0}), seconds=0.5)
+    assert report.runs >= 1 and not report.breaks
+    assert time.monotonic() - started < 10
+    assert report.to_json()["config"]["time"] == 0.5 and report.to_json()["config"]["schedules"] is None
+
+
 def test_shards_are_disjoint_and_together_the_unsharded_run():
     for n in (1, 2, 3, 7):
         shards = [list(shard_indices((k, n), 50)) for k in range(n)]
