@@ -90,7 +90,8 @@ def run_on_processes(workload: Workload | dict | str | Path, faults: Sequence[st
                      check: Callable | None = None, **options) -> Run:
     """Run `workload` on `world_size` worker processes (default: the workload's) with `faults`
     (`RANK:KIND@STEP[+][:ARG]`, see docs/faults.md) under `policy`; `options` are any other
-    `LaunchOptions` fields (step_timeout, max_restarts, rung, audit_every, wire_log, ...).
+    `LaunchOptions` fields (step_timeout, max_restarts, rung, audit_every, wire_log, ...) or
+    `launch`'s engine_class.
     `check(engine)` runs after every committed step (e.g. `check_invariants`). Every worker
     is stopped before this returns; a failure of the run is in the result, not raised (bad
     input still raises, as `launch` does)."""
