@@ -20,6 +20,11 @@ Lines are SPEC §4 objects: one per step, then `{"summary": [...]}`, or the erro
 where the run failed. `comparable` is how lines compare: an error line by its kind and
 step only (its message is for people). `check_invariants(engine)` asserts the control
 plane's bookkeeping after a committed step (pass it as `check=` to check every step).
+
+The same package draws fault schedules itself and runs them (`inferris-dist chaos`,
+docs/chaos.md): schedules.py draws them from a seed, harness.py runs each on processes with one
+shared worker template and judges it (verdicts.py), exploring.py counts and shards, shrinking.py
+shrinks a break to a reproducer; their names are loaded from here on first use.
 """
 from __future__ import annotations
 
