@@ -251,6 +251,10 @@ class Template:
     def pid(self) -> int:
         return self.proc.pid
 
+    def alive(self) -> bool:
+        """Started and still running (a template shared between runs is checked before each)."""
+        return self.proc is not None and self.sock is not None and self.proc.poll() is None
+
     def fork(self, rank: int, argv: Sequence[str], secret: bytes, log_path: Path) -> ForkedProcess:
         ask = {"fork": list(argv), "rank": rank, "secret": secret.hex(), "log": str(log_path)}
         deadline = time.monotonic() + self.answer_timeout

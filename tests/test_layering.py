@@ -7,7 +7,8 @@ prefixes (every module, every import, those inside functions too):
     rank              protocol and engine (a rank loads nothing of the control plane)
     observe           protocol and engine
     scheduler         protocol, observe, engine, launcher
-    testing           engine, observe, scheduler (the public API for a user's fault tests)
+    testing           engine, scheduler, observe, protocol, launcher (the public API for a user's
+                      fault tests, and chaos: schedules, the run harness, the judge, the shrinker)
     cli               anything
 
 so no arrow runs back up and there is no circle between the parts. A freshly started worker
@@ -37,7 +38,7 @@ PARTS = {   # a part -> the parts it may import (besides itself, the stdlib and 
     "rank": {"protocol", "engine"},
     "observe": {"protocol", "engine"},
     "scheduler": {"protocol", "observe", "engine", "launcher"},
-    "testing": {"engine", "observe", "scheduler"},
+    "testing": {"engine", "scheduler", "observe", "protocol", "launcher"},
     "cli": {"protocol", "rank", "observe", "scheduler", "engine", "launcher", "notes", "testing"},
     "top": {"scheduler", "protocol", "engine", "testing"},   # __init__.py: lazy names for the library
 }

@@ -222,6 +222,8 @@ def build_commands(sub) -> None:
     add_fault_flags(co)
     co.add_argument("--json", action="store_true",
                     help="one JSON object: what was compared, the verdict, the first difference")
+    from inferris_dist.cli.cmd_chaos import add_chaos_parser
+    add_chaos_parser(sub)
     wo = sub.add_parser("worker", help="a rank worker, for a scheduler started with `launch --listen` "
                         "(`inferris-dist worker --help` for its flags)")
     wo.add_argument("worker_args", nargs="*", help="--connect tcp://HOST:PORT --keys DIR [--rank R] "
@@ -410,6 +412,11 @@ def cmd_serve(args) -> int:
     return run_serve(args)
 
 
+def cmd_chaos(args) -> int:
+    from inferris_dist.cli.cmd_chaos import run_chaos
+    return run_chaos(args)
+
+
 def cmd_compare(args) -> int:
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
     from inferris_dist.cli import cmd_launch as launching
@@ -417,7 +424,7 @@ def cmd_compare(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "demo": cmd_demo, "mechs": cmd_mechs, "launch": cmd_launch,
-            "compare": cmd_compare, "keys": cmd_keys, "ladder": cmd_ladder,
+            "compare": cmd_compare, "chaos": cmd_chaos, "keys": cmd_keys, "ladder": cmd_ladder,
             "inspect": cmd_inspect, "check": cmd_check,
             "html": cmd_html, "serve": cmd_serve}
 

@@ -35,9 +35,12 @@ from inferris_dist.scheduler.recovery import DistributedEngine
 
 @contextmanager
 def launch(workload: Workload | dict | str | Path, world_size: int | None = None, *,
-           options: LaunchOptions | None = None, **kw) -> Iterator[DistributedEngine]:
+           options: LaunchOptions | None = None, engine_class: type[DistributedEngine] = DistributedEngine,
+           **kw) -> Iterator[DistributedEngine]:
     """Start `world_size` rank workers (or wait for them, with `listen`), yield the engine
-    driving them; stop them all on exit. Keyword arguments are LaunchOptions fields."""
+    driving them; stop them all on exit. Keyword arguments are LaunchOptions fields;
+    `engine_class` (a DistributedEngine subclass) is what drives the group, for a test that
+    plants a broken recovery of its own."""
     unknown = set(kw) - {f.name for f in fields(LaunchOptions)}
     if unknown:
         raise TypeError(f"launch() got unknown options: {', '.join(sorted(unknown))}")
@@ -71,7 +74,7 @@ def launch(workload: Workload | dict | str | Path, world_size: int | None = None
     engine, ended = None, None
     try:
         with ProcessGroup(workload, options, recorder) as group:
-            engine = DistributedEngine(workload, group, options)
+            engine = engine_class(workload, group, options)
             try:
                 yield engine
             except BaseException as e:

@@ -150,8 +150,8 @@ class ProcessGroup:
         self._check_descriptors(*raise_descriptor_limit())   # strangers may knock: room for them
         if options.listen is None:
             self.log_dir = make_run_dir()
-            template = None
-            if options.use_template:
+            template = options.template        # shared between runs: its starter's to close
+            if template is None and options.use_template:
                 template = Template("inferris_dist.rank.cli", self.log_dir, options.start_timeout,
                                     answer_timeout=min(options.start_timeout, options.step_timeout))
                 try:
@@ -234,6 +234,9 @@ class ProcessGroup:
         """
         with _interrupts_held():
             if self.members is not None:
+                if self.options.template is not None and getattr(self.members, "template", None) \
+                        is self.options.template:
+                    self.members.template = None     # shared: left running for the next run
                 self.members.close()
             self.channel.close()
             if self.log_dir is not None:
