@@ -1,6 +1,6 @@
-"""Breaks `inferris-dist chaos` found in the product, each as the reproducer the shrinker made,
-expected to fail until the product keeps its promise there (strict: a fix makes these pass, and
-then the marker goes). docs/chaos.md lists them with their commands."""
+"""Breaks `inferris-dist chaos` found in the product, each kept as the reproducer the shrinker
+made: those the product now survives pass; one is a limit of exact agreement, kept as a strict
+xfail (docs/chaos.md lists them with their commands)."""
 from __future__ import annotations
 
 import pytest
@@ -18,16 +18,10 @@ def breaks(workload, faults, policy="restore", rung="full", world_size=4, max_re
                            max_restarts=max_restarts).brk
 
 
-@pytest.mark.xfail(strict=True, reason="at overlap, a one-shot fault that fired on the plan sent ahead "
-                   "is given again to the replacement of a later recovery (its CONFIG counts only "
-                   "who answered the last failed attempt): the hang at step 3 fires twice, and two "
-                   "faults need three restarts")
 def test_a_one_shot_fault_fires_once_across_recoveries_at_overlap():
     assert breaks(DEMO, ["0:hang@3", "1:delay@2:0.425"], rung="overlap", world_size=2, max_restarts=2) is None
 
 
-@pytest.mark.xfail(strict=True, reason="the audit blames the first divergent rank only: a write dropped "
-                   "on every rank costs one recovery per rank, and 4 ranks need 4 of the 3 restarts")
 def test_a_write_dropped_on_every_rank_is_one_recovery():
     assert breaks(DEMO, ["all:drop-write@1"]) is None
 

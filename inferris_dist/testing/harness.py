@@ -36,13 +36,18 @@ from inferris_dist.testing.verdicts import (
     reference_of,
 )
 
+
 # -- the wire-log checkers ----------------------------------------------------------------------
 # The one place every run's wire log (a file of JSON lines, docs/observing.md) is handed to
 # checkers: each is called with the log's path and returns a list of violations (anything with a
 # str(); empty when the log is fine), and the first violation of the first checker that finds one
-# is the run's break. A history checker of wire logs (`inferris-dist check WIRELOG`, its
-# `check_log(path) -> list[Violation]`) goes in this list.
-WIRE_LOG_CHECKERS: list[Callable[[Path], list]] = [log_is_complete]
+# is the run's break: the log is whole, and it passes the history checker (`inferris-dist check`).
+def history(path: Path) -> list:
+    from inferris_dist.observe.check import check_log
+    return check_log(path).violations
+
+
+WIRE_LOG_CHECKERS: list[Callable[[Path], list]] = [log_is_complete, history]
 
 DEFAULT_STEP_TIMEOUT = 0.25   # a rank lost after this long: short, since a hang waits all of it out
 LEFT_WITHIN = 2.0        # seconds a run's workers may take to be gone once the run has returned

@@ -148,10 +148,26 @@ def draw_faults(rng: random.Random, steps: int, world_size: int, kinds: Mapping[
             ranks = [str(rng.randrange(world_size))]
         for rank in ranks[:want - len(out)]:
             spec = f"{rank}:{kind}@{step}{repeat}{arg}"
-            if spec not in out and _parses(spec, world_size):
+            if spec not in out and _parses(spec, world_size) and not _unanimous(out + [spec], world_size):
                 out.append(spec)
         steps_used.append(step)
     return tuple(out)
+
+
+def _unanimous(specs: list[str], world_size: int) -> bool:
+    """A lie every rank tells alike at one step: exact agreement cannot see it (the ranks are the
+    model; nothing else knows what it should have said), so it is no schedule to judge a policy
+    by (docs/chaos.md says so). A repeating lie counts at every step from its own."""
+    from inferris_dist.protocol.faults import parse_fault
+    lies = [f for f in (parse_fault(s, world_size) for s in specs) if f.kind == "disagree"]
+    for at in {f.step for f in lies}:
+        ranks: set[int] = set()
+        for f in lies:
+            if f.fires(at):
+                ranks |= set(range(world_size)) if f.rank is None else {f.rank}
+        if len(ranks) >= world_size:
+            return True
+    return False
 
 
 def _parses(spec: str, world_size: int) -> bool:
