@@ -55,6 +55,7 @@ def _run_launch(workload, name: str, args, server) -> int:
     engine = group = None
     status = EXIT_OK
     failure = interrupted = None
+    ran: list[float] = [started]                  # start, the first step's start, the run's end
     with ExitStack() as opened:              # bad input before the run: whatever was opened, undone
         wire_log = args.wire_log
         if server.wanted and wire_log is None:          # served: a wire log of our own to follow
@@ -96,6 +97,7 @@ def _run_launch(workload, name: str, args, server) -> int:
             if not as_json:
                 out.write(render.header(workload, name) + "\n")
                 out.write(style.dim(f"{'':>{render.STEP_WIDTH}}  {members_line(group, started)}") + "\n")
+            ran.append(time.monotonic())              # the run's steps begin: start-up is over
             for trace, wall_s in timed(engine.run()):
                 num_steps += 1
                 if metrics is not None:
@@ -137,6 +139,7 @@ def _run_launch(workload, name: str, args, server) -> int:
                 write_boundary(out, style, group.world_size, group.take_attempts(),
                                engine.take_recoveries() if engine is not None else [])
     finally:
+        ran.append(time.monotonic())
         progress.clear()
         escaping = sys.exc_info()[1] or interrupted   # an interrupt (or a bug) on its way out
         closing = _finish_outputs(log_stream, timeline_stream, timeline, args, metrics_file,
@@ -157,7 +160,7 @@ def _run_launch(workload, name: str, args, server) -> int:
         render.write_error(closing, sys.stderr, render.Style.for_stream(sys.stderr))
     if interrupted is not None:
         if not as_json:
-            print_end(out, style, engine, group, num_steps, metrics)
+            print_end(out, style, engine, group, num_steps, metrics, ran)
         out.flush()
         raise interrupted              # main says so, and exits 130 (Ctrl-C) or 143 (SIGTERM)
     if as_json:
@@ -169,11 +172,24 @@ def _run_launch(workload, name: str, args, server) -> int:
         return status
     if output_failed:
         failure = closing
-    print_end(out, style, engine, group, num_steps, metrics)
+    print_end(out, style, engine, group, num_steps, metrics, ran)
     if status != EXIT_OK:
         out.flush()
         render.write_error(failure, sys.stderr, render.Style.for_stream(sys.stderr))
     return status
+
+
+def time_line(engine, num_steps: int, ran: list[float]) -> str:
+    """How long the steps took (start-up apart), and at overlap how much of the scheduler's own
+    work ran while a plan was in flight, hidden behind the ranks' time."""
+    start, first, end = ran
+    took = end - first
+    rate = f" ({num_steps / took:,.0f} steps a second)" if took > 0 and num_steps else ""
+    line = f"{num_steps:,} steps in {took:.2f} s{rate}, after {first - start:.2f} s of start-up"
+    if engine.rung.overlap and engine.scheduler_s > 0:
+        line += (f"; {100 * engine.hidden_s / engine.scheduler_s:.0f}% of the scheduler's work ran "
+                 f"while a plan was in flight")
+    return line
 
 
 def print_step(out, style, printer, engine, trace) -> None:
@@ -214,13 +230,15 @@ def print_failure(out, style, group, engine, err) -> None:
         out.write(why + "\n")
 
 
-def print_end(out, style, engine, group, num_steps: int, metrics) -> None:
-    """The requests, the run's totals, and each rank's."""
+def print_end(out, style, engine, group, num_steps: int, metrics, ran: list[float]) -> None:
+    """The requests, the run's totals and time, and each rank's."""
     if engine is not None:
         out.write(render.request_table(engine.summary(), style) + "\n")
         out.write(render.closing_line(num_steps, engine.summary()) + "\n")
         for line in metrics.summary_lines() if metrics is not None else ():
             out.write(line + "\n")
+        if len(ran) == 3:
+            out.write(time_line(engine, num_steps, ran) + "\n")
     if group is not None:
         out.write(render.rank_table(group.totals, group.rank_pids, style, group.member_hosts()) + "\n")
         out.write(workers_line(group) + "\n")
