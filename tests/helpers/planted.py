@@ -9,9 +9,9 @@ from inferris_dist.scheduler.recovery import DistributedEngine
 class ShortRestore(DistributedEngine):
     """restore rebuilds the new rank's shard one page short (the last page the pool holds)."""
 
-    def _restore(self, ranks, step: int, prepared, answered):
+    def _restore(self, ranks, step: int, prepared):
         shard = self.pool.slots.snapshot()[:-1]
-        ranks, pids = self.group.restart(ranks, shard, step, "restore", answered)
+        ranks, pids = self.group.restart(ranks, shard, step, "restore")
         return prepared, ranks, pids, len(shard), []
 
 
