@@ -55,9 +55,16 @@ class PagePool:
         return list(self._free)
 
     def take(self, owner: str) -> int:
-        page = self._free.popleft()
-        self.owner[page] = owner
-        return page
+        return self.take_pages(owner, 1)[0]
+
+    def take_pages(self, owner: str, count: int) -> list[int]:
+        """The first `count` pages of the free list, in its order, now `owner`'s."""
+        take = self._free.popleft
+        pages = [take() for _ in range(count)]
+        own = self.owner
+        for page in pages:
+            own[page] = owner
+        return pages
 
     def free(self, page: int) -> None:
         self.owner[page] = None
@@ -103,9 +110,15 @@ class PagePool:
 
     def unmap(self, page: int, holder: str) -> None:
         """`holder` drops `page` from its page table: its own page is freed."""
-        if self.owner[page] is CACHE:
-            self.refs[page] -= 1
-            if self.refs[page] == 0:
-                self.on_unreferenced(page)
-        else:
-            self.free(page)
+        self.unmap_pages((page,), holder)
+
+    def unmap_pages(self, pages, holder: str) -> None:
+        """`unmap` of each page in turn."""
+        owner, refs = self.owner, self.refs
+        for page in pages:
+            if owner[page] is CACHE:
+                refs[page] -= 1
+                if refs[page] == 0:
+                    self.on_unreferenced(page)
+            else:
+                self.free(page)

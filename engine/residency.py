@@ -113,24 +113,22 @@ def _short(req: Request, num_tokens: int, page_size: int) -> int:
 
 def _extend(work: Work, pool: PagePool, holders: Holders) -> None:
     page_size = pool.page_size
+    take, hold = pool.take_pages, holders.add
     for req, n, _ in work:
         table = req.page_table
-        for _ in range(pages_needed(req.computed + n, page_size) - len(table)):
-            table.append(pool.take(req.request_id))
-        holders.add(req)
+        missing = pages_needed(req.computed + n, page_size) - len(table)
+        if missing > 0:
+            table += take(req.request_id, missing)
+        hold(req)
 
 
 def _evict(num_wanted: int, pool: PagePool, cache: RadixCache, evicted: list[int]) -> int:
     """Evict up to `num_wanted` unmapped cache leaves, first in tree order first."""
-    done = 0
-    while done < num_wanted:
-        page = cache.evict_one(pool.refs)
-        if page is None:
-            break
+    pages = cache.evict(num_wanted, pool.refs)
+    for page in pages:
         pool.free(page)
-        evicted.append(page)
-        done += 1
-    return done
+    evicted += pages
+    return len(pages)
 
 
 def _victim(work: Work, holders: Holders, anchor: Request) -> Request | None:
@@ -155,6 +153,5 @@ def preempt(req: Request, pool: PagePool) -> None:
 
 def release_pages(req: Request, pool: PagePool) -> None:
     """Free the pages the request owns, in page table order; cache pages stay cached."""
-    for page in req.page_table:
-        pool.unmap(page, req.request_id)
+    pool.unmap_pages(req.page_table, req.request_id)
     req.page_table = []

@@ -56,8 +56,10 @@ class SlotStore:
     def write_span(self, pages: tuple[int, ...], request_id: str, start: int, num_tokens: int) -> None:
         """Write positions [start, start + num_tokens) of a request into consecutive pages.
 
-        The hot path of every rank and of the pool: a page with one layer of the
-        same writer is updated in place; anything else goes through write_run.
+        The hot path of every rank and of the pool: a whole page replaces what
+        was there, a page whose top layer is the same writer's is updated in
+        place (its bits cleared from the layers below), and anything else goes
+        through write_run.
         """
         page_size = self.page_size
         full = (1 << page_size) - 1
@@ -75,10 +77,20 @@ class SlotStore:
             layers = store[page]
             if layers is None or bits == full:       # a whole page hides whatever was below
                 store[page] = [[request_id, base, bits]]
-            elif len(layers) == 1 and layers[0][0] == request_id and layers[0][1] == base:
-                layers[0][2] |= bits
             else:
-                self.write_run(page, request_id, position, offset, length)
+                top = layers[0]
+                if top[0] != request_id or top[1] != base:
+                    self.write_run(page, request_id, position, offset, length)
+                elif len(layers) == 1:
+                    top[2] |= bits
+                elif len(layers) == 2 and (layers[1][0] != request_id or layers[1][1] != base):
+                    top[2] |= bits                   # and cleared from the one layer below
+                    below = layers[1]
+                    below[2] &= ~bits
+                    if not below[2]:
+                        del layers[1]
+                else:
+                    self.write_run(page, request_id, position, offset, length)
             position += length
 
     def clear(self, page: int) -> None:
