@@ -6,7 +6,6 @@ raises `WorkloadError` with one line naming the key, the request and the value.
 """
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -205,6 +204,7 @@ _MEANT = {"id": "request_id", "name": "request_id", "prompt": "tokens", "max_new
 def _no_unknown_keys(obj: dict, allowed, where: str) -> None:
     for key in obj:
         if key not in allowed:
+            import difflib  # only for a key nobody knows
             close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
             meant = _MEANT.get(key) if _MEANT.get(key) in allowed else (close[0] if close else None)
             hint = f"; did you mean {meant!r}?" if meant else f" (known keys: {', '.join(allowed)})"
