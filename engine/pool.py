@@ -67,14 +67,20 @@ class PagePool:
         return pages
 
     def free(self, page: int) -> None:
-        self.owner[page] = None
-        self.refs[page] = 0
-        self.slots.clear(page)
-        step = self.writing.get(page)
-        if step is None:
-            self._free.append(page)
-        else:                                   # a plan in flight may still write it: it waits
-            self.held.setdefault(step, []).append(page)
+        self.free_many((page,))
+
+    def free_many(self, pages) -> None:
+        """Free each page in turn: no owner, its slots emptied, to the back of the free list."""
+        owner, refs, clear, writing = self.owner, self.refs, self.slots.clear, self.writing
+        for page in pages:
+            owner[page] = None
+            refs[page] = 0
+            clear(page)
+            step = writing.get(page)
+            if step is None:
+                self._free.append(page)
+            else:                               # a plan in flight may still write it: it waits
+                self.held.setdefault(step, []).append(page)
 
     def plan_in_flight(self, step: int, placements) -> None:
         """Overlap: the plan of `step` went out; until it lands, a page it writes is not reused."""
@@ -113,12 +119,16 @@ class PagePool:
         self.unmap_pages((page,), holder)
 
     def unmap_pages(self, pages, holder: str) -> None:
-        """`unmap` of each page in turn."""
+        """`unmap` of each page in turn (the request's own pages freed in that order, after the
+        cache pages' counts: a count is no part of the free list)."""
         owner, refs = self.owner, self.refs
+        own = []
         for page in pages:
             if owner[page] is CACHE:
                 refs[page] -= 1
                 if refs[page] == 0:
                     self.on_unreferenced(page)
             else:
-                self.free(page)
+                own.append(page)
+        if own:
+            self.free_many(own)

@@ -125,8 +125,7 @@ def _extend(work: Work, pool: PagePool, holders: Holders) -> None:
 def _evict(num_wanted: int, pool: PagePool, cache: RadixCache, evicted: list[int]) -> int:
     """Evict up to `num_wanted` unmapped cache leaves, first in tree order first."""
     pages = cache.evict(num_wanted, pool.refs)
-    for page in pages:
-        pool.free(page)
+    pool.free_many(pages)
     evicted += pages
     return len(pages)
 
