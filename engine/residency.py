@@ -67,7 +67,7 @@ def make_resident(work: Work, pool: PagePool, cache: RadixCache, holders: Holder
     """
     page_size = pool.page_size
     if not reliefs:
-        shortfall = sum(_short(req, n, page_size) for req, n, _ in work)
+        shortfall = _shortfall(work, page_size)
         if shortfall > pool.num_free:
             raise OutOfPages(f"need {shortfall} more pages, {pool.num_free} free")
         _extend(work, pool, holders)
@@ -81,7 +81,7 @@ def make_resident(work: Work, pool: PagePool, cache: RadixCache, holders: Holder
                           f"{pages_needed(anchor.computed + anchor_tokens, page_size)} pages, "
                           f"the pool has {pool.num_pages}")
     # The shortfall changes only when a victim leaves the work: kept, not recounted.
-    shortfall = sum(_short(req, n, page_size) for req, n, _ in work)
+    shortfall = _shortfall(work, page_size)
     while True:
         if shortfall <= pool.num_free:
             _extend(work, pool, holders)
@@ -106,9 +106,19 @@ def make_resident(work: Work, pool: PagePool, cache: RadixCache, holders: Holder
                              f"({pool.num_free} free)")
 
 
+def _shortfall(work: Work, page_size: int) -> int:
+    """Pages the work's requests lack for this step's tokens, all told."""
+    total = 0
+    for req, n, _ in work:
+        lack = pages_needed(req.computed + n, page_size) - len(req.page_table)
+        if lack > 0:
+            total += lack
+    return total
+
+
 def _short(req: Request, num_tokens: int, page_size: int) -> int:
     """Pages the request lacks for this step's tokens."""
-    return max(0, pages_needed(req.computed + num_tokens, page_size) - len(req.page_table))
+    return _shortfall(((req, num_tokens, None),), page_size)
 
 
 def _extend(work: Work, pool: PagePool, holders: Holders) -> None:
