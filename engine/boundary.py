@@ -3,6 +3,8 @@ validate the joined result against it (phase 9) before anything commits.
 """
 from __future__ import annotations
 
+from functools import partial
+
 from .errors import BoundaryViolation
 from .messages import ExecutionPlan, ExecutionResult, PlanItem, placement_pages, shifted_span
 
@@ -14,10 +16,13 @@ def build_plan(step: int, work: list, page_size: int, priors: dict[str, int] | N
         return ExecutionPlan(step, tuple(_ahead_item(req, n, decode, page_size, priors.get(req.request_id, 0))
                                          for req, n, decode in work))
     items = tuple(
-        PlanItem(req.request_id, req.computed, n, req.draft_len, decode, req.num_verdicts,
-                 placement_pages(req.computed, n, req.page_table, page_size))
+        _new_item((req.request_id, req.computed, n, req.draft_len, decode, req.num_verdicts,
+                   placement_pages(req.computed, n, req.page_table, page_size), 0))
         for req, n, decode in work)
     return ExecutionPlan(step, items)
+
+
+_new_item = partial(tuple.__new__, PlanItem)     # PlanItem(*fields), without its Python __new__
 
 
 def _ahead_item(req, n: int, decode: bool, page_size: int, prior: int) -> PlanItem:

@@ -55,19 +55,32 @@ class PagePool:
         return list(self._free)
 
     def take(self, owner: str) -> int:
-        page = self._free.popleft()
-        self.owner[page] = owner
-        return page
+        return self.take_pages(owner, 1)[0]
+
+    def take_pages(self, owner: str, count: int) -> list[int]:
+        """The first `count` pages of the free list, in its order, now `owner`'s."""
+        take = self._free.popleft
+        pages = [take() for _ in range(count)]
+        own = self.owner
+        for page in pages:
+            own[page] = owner
+        return pages
 
     def free(self, page: int) -> None:
-        self.owner[page] = None
-        self.refs[page] = 0
-        self.slots.clear(page)
-        step = self.writing.get(page)
-        if step is None:
-            self._free.append(page)
-        else:                                   # a plan in flight may still write it: it waits
-            self.held.setdefault(step, []).append(page)
+        self.free_many((page,))
+
+    def free_many(self, pages) -> None:
+        """Free each page in turn: no owner, its slots emptied, to the back of the free list."""
+        owner, refs, clear, writing = self.owner, self.refs, self.slots.clear, self.writing
+        for page in pages:
+            owner[page] = None
+            refs[page] = 0
+            clear(page)
+            step = writing.get(page)
+            if step is None:
+                self._free.append(page)
+            else:                               # a plan in flight may still write it: it waits
+                self.held.setdefault(step, []).append(page)
 
     def plan_in_flight(self, step: int, placements) -> None:
         """Overlap: the plan of `step` went out; until it lands, a page it writes is not reused."""
@@ -103,9 +116,19 @@ class PagePool:
 
     def unmap(self, page: int, holder: str) -> None:
         """`holder` drops `page` from its page table: its own page is freed."""
-        if self.owner[page] is CACHE:
-            self.refs[page] -= 1
-            if self.refs[page] == 0:
-                self.on_unreferenced(page)
-        else:
-            self.free(page)
+        self.unmap_pages((page,), holder)
+
+    def unmap_pages(self, pages, holder: str) -> None:
+        """`unmap` of each page in turn (the request's own pages freed in that order, after the
+        cache pages' counts: a count is no part of the free list)."""
+        owner, refs = self.owner, self.refs
+        own = []
+        for page in pages:
+            if owner[page] is CACHE:
+                refs[page] -= 1
+                if refs[page] == 0:
+                    self.on_unreferenced(page)
+            else:
+                own.append(page)
+        if own:
+            self.free_many(own)

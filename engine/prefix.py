@@ -65,15 +65,19 @@ class KeyTable:
     def chain(self, tokens: tuple[int, ...], page_size: int) -> list[int]:
         """Keys of the complete blocks of a prompt, block 0 first."""
         ids = self._ids
+        get = ids.get
         keys: list[int] = []
-        parent = ROOT_KEY
-        for start in range(0, len(tokens) - page_size + 1, page_size):
-            pair = (parent, tokens[start:start + page_size])
-            key = ids.get(pair)
+        add = keys.append
+        if len(tokens) < page_size:       # no complete block (and page_size may be huge)
+            return keys
+        key = ROOT_KEY
+        # zip over page_size references to one iterator: the complete blocks, a partial one dropped
+        for block in zip(*[iter(tokens)] * page_size):
+            pair = (key, block)
+            key = get(pair)
             if key is None:
                 key = ids[pair] = len(ids) + 1
-            keys.append(key)
-            parent = key
+            add(key)
         return keys
 
 
@@ -274,9 +278,17 @@ class RadixCache:
 
     def evict_one(self, refs: list[int]) -> int | None:
         """Remove the first leaf in tree order whose page is unmapped; its page, or None."""
+        pages = self.evict(1, refs)
+        return pages[0] if pages else None
+
+    def evict(self, num_wanted: int, refs: list[int]) -> list[int]:
+        """`evict_one` until `num_wanted` pages are evicted or none is left: the pages, in order."""
         heap = self._evictable
-        while heap:
-            label, node = heapq.heappop(heap)
+        pop = heapq.heappop
+        root = self.root
+        pages: list[int] = []
+        while heap and len(pages) < num_wanted:
+            label, node = pop(heap)
             if not node.queued or label != node.label:
                 continue                     # stale: relabelled since, or already popped
             node.queued = False
@@ -284,10 +296,10 @@ class RadixCache:
             if node.alive and not node.children and refs[node.page] == 0:
                 parent = node.parent
                 self._remove(node)
-                if parent is not self.root and not parent.children and refs[parent.page] == 0:
+                if parent is not root and not parent.children and refs[parent.page] == 0:
                     self._queue(parent)
-                return node.page
-        return None
+                pages.append(node.page)
+        return pages
 
     def _remove(self, node: Node) -> None:
         node.alive = False

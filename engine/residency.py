@@ -67,7 +67,7 @@ def make_resident(work: Work, pool: PagePool, cache: RadixCache, holders: Holder
     """
     page_size = pool.page_size
     if not reliefs:
-        shortfall = sum(_short(req, n, page_size) for req, n, _ in work)
+        shortfall = _shortfall(work, page_size)
         if shortfall > pool.num_free:
             raise OutOfPages(f"need {shortfall} more pages, {pool.num_free} free")
         _extend(work, pool, holders)
@@ -81,7 +81,7 @@ def make_resident(work: Work, pool: PagePool, cache: RadixCache, holders: Holder
                           f"{pages_needed(anchor.computed + anchor_tokens, page_size)} pages, "
                           f"the pool has {pool.num_pages}")
     # The shortfall changes only when a victim leaves the work: kept, not recounted.
-    shortfall = sum(_short(req, n, page_size) for req, n, _ in work)
+    shortfall = _shortfall(work, page_size)
     while True:
         if shortfall <= pool.num_free:
             _extend(work, pool, holders)
@@ -106,31 +106,38 @@ def make_resident(work: Work, pool: PagePool, cache: RadixCache, holders: Holder
                              f"({pool.num_free} free)")
 
 
+def _shortfall(work: Work, page_size: int) -> int:
+    """Pages the work's requests lack for this step's tokens, all told."""
+    total = 0
+    for req, n, _ in work:
+        lack = pages_needed(req.computed + n, page_size) - len(req.page_table)
+        if lack > 0:
+            total += lack
+    return total
+
+
 def _short(req: Request, num_tokens: int, page_size: int) -> int:
     """Pages the request lacks for this step's tokens."""
-    return max(0, pages_needed(req.computed + num_tokens, page_size) - len(req.page_table))
+    return _shortfall(((req, num_tokens, None),), page_size)
 
 
 def _extend(work: Work, pool: PagePool, holders: Holders) -> None:
     page_size = pool.page_size
+    take, hold = pool.take_pages, holders.add
     for req, n, _ in work:
         table = req.page_table
-        for _ in range(pages_needed(req.computed + n, page_size) - len(table)):
-            table.append(pool.take(req.request_id))
-        holders.add(req)
+        missing = pages_needed(req.computed + n, page_size) - len(table)
+        if missing > 0:
+            table += take(req.request_id, missing)
+        hold(req)
 
 
 def _evict(num_wanted: int, pool: PagePool, cache: RadixCache, evicted: list[int]) -> int:
     """Evict up to `num_wanted` unmapped cache leaves, first in tree order first."""
-    done = 0
-    while done < num_wanted:
-        page = cache.evict_one(pool.refs)
-        if page is None:
-            break
-        pool.free(page)
-        evicted.append(page)
-        done += 1
-    return done
+    pages = cache.evict(num_wanted, pool.refs)
+    pool.free_many(pages)
+    evicted += pages
+    return len(pages)
 
 
 def _victim(work: Work, holders: Holders, anchor: Request) -> Request | None:
@@ -155,6 +162,5 @@ def preempt(req: Request, pool: PagePool) -> None:
 
 def release_pages(req: Request, pool: PagePool) -> None:
     """Free the pages the request owns, in page table order; cache pages stay cached."""
-    for page in req.page_table:
-        pool.unmap(page, req.request_id)
+    pool.unmap_pages(req.page_table, req.request_id)
     req.page_table = []

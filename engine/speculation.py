@@ -36,7 +36,9 @@ def resolve(req: Request, num_tokens: int, accepted: int, pool: PagePool,
     req.num_verdicts += 1
     keep = pages_needed(req.computed + reserved, pool.page_size)
     table = req.page_table
-    while len(table) > keep:
-        pool.unmap(table.pop(), req.request_id)
+    if len(table) > keep:            # released from the last page back
+        dropped = table[keep:]
+        del table[keep:]
+        pool.unmap_pages(reversed(dropped), req.request_id)
     req.draft_len = 0
     return drafted, accepted, rolled_back

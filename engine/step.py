@@ -27,6 +27,9 @@ from .trace import StepTrace
 from .workload import Workload, load_workload
 
 _NONE: dict = {}          # no pages reserved (never written)
+# the trace's words for what phases 12 and 13 decide
+_TOKEN, _EOS = SampleResult.TOKEN.value, SampleResult.EOS.value
+_BY_EOS, _BY_LENGTH = FinishReason.EOS.value, FinishReason.LENGTH.value
 _NO_SPAN = nullcontext()
 
 
@@ -351,14 +354,16 @@ class Engine:
             req.computed += outcome.executed_tokens
             executed[rid] = n
         # phase 10, resolve
+        resolve, reserve = speculation.resolve, reserved.get
         for (req, n, decode), outcome in zip(work, outcomes):
             if decode:
                 rid = req.request_id
-                d, a, r = speculation.resolve(req, n, outcome.accepted, pool, reserved.get(rid, 0))
+                d, a, r = resolve(req, n, outcome.accepted, pool, reserve(rid, 0))
                 drafted[rid], accepted[rid], rolled_back[rid] = d, a, r
         # phase 11, publish
+        publish = self._phase11
         for req, _, _ in work:
-            num_blocks = self._phase11(req, cache, pool, keys)
+            num_blocks = publish(req, cache, pool, keys)
             if num_blocks:
                 published[req.request_id] = num_blocks
         # phases 12 and 13, sample and update
@@ -367,15 +372,15 @@ class Engine:
                 continue
             rid = req.request_id
             if req.eos_after is not None and req.generated >= req.eos_after:
-                sampled[rid] = SampleResult.EOS.value
+                sampled[rid] = _EOS
                 self._finish(req, FinishReason.EOS)
-                finished[rid] = FinishReason.EOS.value
+                finished[rid] = _BY_EOS
             else:
-                sampled[rid] = SampleResult.TOKEN.value
+                sampled[rid] = _TOKEN
                 req.generated += 1
                 if req.generated >= req.max_new_tokens:
                     self._finish(req, FinishReason.LENGTH)
-                    finished[rid] = FinishReason.LENGTH.value
+                    finished[rid] = _BY_LENGTH
         self.step_id += 1
         return StepTrace(prepared.step, prepared.admitted, prepared.scheduled, executed, sampled,
                          finished, prepared.preempted, prepared.reused, published,

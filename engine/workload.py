@@ -6,7 +6,6 @@ raises `WorkloadError` with one line naming the key, the request and the value.
 """
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -173,9 +172,13 @@ def _parse_request(index: int, raw: Any) -> RequestSpec:
         eos_after = _int_at_least(eos_after, 0, where, "eos_after")
     script = raw.get("accept_script")
     if script is not None:
-        if not isinstance(script, list) or not all(_is_int(a) for a in script):
+        # plain ints are told at C speed; anything else goes through _is_int, one at a time
+        if not isinstance(script, list) or not (_INT_ONLY.issuperset(map(type, script))
+                                                or all(_is_int(a) for a in script)):
             raise WorkloadError(f"{where}: 'accept_script' must be a list of integers or null")
-        big = next((a for a in script if not -MAX_VALUE <= a <= MAX_VALUE), None)
+        big = None
+        if script and (min(script) < -MAX_VALUE or max(script) > MAX_VALUE):
+            big = next(a for a in script if not -MAX_VALUE <= a <= MAX_VALUE)
         if big is not None:       # clamped to 0..drafted anyway; bounded so every executor can carry it
             raise WorkloadError(f"{where}: 'accept_script' entries must be within "
                                 f"-{MAX_VALUE}..{MAX_VALUE}, got {big}")
@@ -205,6 +208,7 @@ _MEANT = {"id": "request_id", "name": "request_id", "prompt": "tokens", "max_new
 def _no_unknown_keys(obj: dict, allowed, where: str) -> None:
     for key in obj:
         if key not in allowed:
+            import difflib  # only for a key nobody knows
             close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
             meant = _MEANT.get(key) if _MEANT.get(key) in allowed else (close[0] if close else None)
             hint = f"; did you mean {meant!r}?" if meant else f" (known keys: {', '.join(allowed)})"

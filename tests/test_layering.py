@@ -152,3 +152,50 @@ def test_a_fresh_worker_loads_only_what_a_rank_needs():
         [sys.executable, "-c",
          "import json, sys, inferris_dist.rank.worker; print(json.dumps(list(sys.modules)))"],
         capture_output=True, text=True, timeout=30, cwd=REPO).stdout))
+
+
+# What `run` (the engine in this process) has no use for: the page, inspect's log reader, the
+# control plane on processes, the wire and its libraries.
+NOT_FOR_RUN = ("inferris_dist.observe.page", "inferris_dist.observe.logread", "inferris_dist.observe.schema",
+               "inferris_dist.scheduler", "inferris_dist.launcher", "inferris_dist.protocol.wire",
+               "zmq", "msgpack")
+
+
+def loaded_by_command(argv: list[str]) -> tuple[int, set[str], str]:
+    """(exit status, sys.modules afterwards, stdout) of `inferris-dist ARGV` in a fresh python."""
+    probe = ("import json, sys\n"
+             "from inferris_dist.cli.main import main\n"
+             "try:\n"
+             f"    status = main({argv!r})\n"
+             "except SystemExit as e:\n"
+             "    status = e.code\n"
+             "sys.stdout.write('\\n' + json.dumps([status, sorted(sys.modules)]) + '\\n')\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30,
+                          cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    *printed, last = done.stdout.rstrip("\n").split("\n")
+    status, names = json.loads(last)
+    return status, set(names), "\n".join(printed)
+
+
+def unwanted(loaded: set[str], names) -> list[str]:
+    return sorted(m for m in loaded if any(m == n or m.startswith(n + ".") for n in names))
+
+
+@pytest.mark.parametrize("argv", [["run", "--json"], ["run"]])
+def test_run_loads_only_the_engine_and_its_output(argv):
+    status, loaded, printed = loaded_by_command(argv)
+    assert status == 0 and printed.strip(), printed[-300:]
+    assert "inferris_dist.engine.step" in loaded
+    assert not unwanted(loaded, NOT_FOR_RUN), f"`{' '.join(argv)}` loads {unwanted(loaded, NOT_FOR_RUN)}"
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"]])
+def test_version_and_help_load_no_engine(argv):
+    """Saying the version or the commands builds the parser and nothing it does not need: no step
+    of the engine, no workload, no metrics."""
+    status, loaded, printed = loaded_by_command(argv)
+    assert status == 0 and "inferris-dist" in printed
+    extra = unwanted(loaded, NOT_FOR_RUN + tuple(CONTROL_PLANE) + ("inferris_dist.observe.metrics",
+                                                                   "inferris_dist.cli.mechanisms"))
+    assert not extra, f"`inferris-dist {' '.join(argv)}` loads {extra}"

@@ -12,6 +12,7 @@ import math
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from inferris_dist.cli import render
 from inferris_dist.cli.args import (
@@ -27,15 +28,14 @@ from inferris_dist.cli.args import (
     int_arg,
     seconds_arg,
 )
-from inferris_dist.cli.mechanisms import MECHANISMS
-from inferris_dist.cli.mechanisms import find as find_mechanism
-from inferris_dist.cli.paths import check_paths
 from inferris_dist.cli.workload_source import REQUEST_FORMAT, WORKLOAD_HELP, workload_from_flags
-from inferris_dist.engine import Engine, EngineError, WorkloadError, trace_json_lines
+from inferris_dist.engine import EngineError, WorkloadError, trace_json_lines
 from inferris_dist.engine.rungs import NAMES as RUNG_NAMES
-from inferris_dist.observe.metrics import Metrics, MetricsFile, MetricsNotWritten, error_object, write_quietly
 from inferris_dist.protocol.faults import POLICIES, parse_faults
 from inferris_dist.protocol.limits import NO_EXEC_COST, exec_cost_arg
+
+if TYPE_CHECKING:
+    from inferris_dist.observe.metrics import Metrics, MetricsFile
 
 
 def add_workload_flags(p: argparse.ArgumentParser) -> None:
@@ -248,6 +248,14 @@ def cmd_demo(args) -> int:
 
 def run_in_process(workload, name: str, as_json: bool, rung: str = "full", verbose: bool = False,
                    metrics_path: str | None = None) -> int:
+    from inferris_dist.engine import Engine
+    from inferris_dist.observe.metrics import (
+        Metrics,
+        MetricsFile,
+        MetricsNotWritten,
+        error_object,
+        write_quietly,
+    )
     out = sys.stdout
     parse_faults((), workload.config.world_size, workload.faults)   # refused alike by run and launch
     if workload.faults:
@@ -314,6 +322,7 @@ def _json_with_metrics(engine, metrics: Metrics, file: MetricsFile, out, progres
     """`run --json --metrics FILE`: the lines of `trace_json_lines` (the same bytes), each
     step recorded on the way. The summary line waits for the file: a file the machine
     refuses ends the run as a failure, its error object in the summary's place."""
+    from inferris_dist.observe.metrics import MetricsNotWritten, error_object, write_quietly
     total = len(engine.requests)
     failure = None
     try:
@@ -343,6 +352,8 @@ def _json_with_metrics(engine, metrics: Metrics, file: MetricsFile, out, progres
 
 
 def cmd_mechs(args) -> int:
+    from inferris_dist.cli.mechanisms import MECHANISMS
+    from inferris_dist.cli.mechanisms import find as find_mechanism
     if args.name is not None:
         m = find_mechanism(args.name)
         if m is None:
@@ -457,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = _attach_dashed_values(argv)
     try:
         args = build_parser().parse_args(argv)
+        from inferris_dist.cli.paths import check_paths
         check_paths(args)                    # no output on an input or another output
         status = COMMANDS[args.command](args)
     except (UsageError, WorkloadError) as e:

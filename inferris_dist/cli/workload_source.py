@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from inferris_dist.engine import Workload, WorkloadError, load_workload
-from inferris_dist.engine.workload import parse_json
+from inferris_dist.engine import WorkloadError
 from inferris_dist.protocol.faults import KINDS
+
+if TYPE_CHECKING:
+    from inferris_dist.engine import Workload
 
 # The built-in demo: three requests, chunked prefill, a prefix, speculation on four ranks.
 DEMO = {
@@ -87,6 +90,7 @@ def parse_request_flag(text: str) -> dict:
 def workload_from_flags(spec: str | None, requests: list[str] | None, knobs: dict,
                         default: dict | None = DEMO, default_name: str = "demo") -> tuple[Workload, str]:
     """The workload and a name for it; knobs (command-line engine values) override the spec's."""
+    from inferris_dist.engine.workload import load_workload, parse_json
     if spec is not None and requests:
         raise WorkloadError("--spec and --request are exclusive: give one or the other")
     if spec == "-":

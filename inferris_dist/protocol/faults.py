@@ -18,12 +18,13 @@ from __future__ import annotations
 import os
 import signal
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from inferris_dist.engine import WorkloadError
-from inferris_dist.engine.messages import page_spans
-from inferris_dist.engine.shard import SlotStore
 from inferris_dist.protocol.limits import plain
+
+if TYPE_CHECKING:
+    from inferris_dist.engine.shard import SlotStore
 
 KINDS = {    # each kind: what it does (for help and docs); how a rank acts it out is FaultPlan's table
     "crash": "kills itself (SIGKILL) on receiving the plan",
@@ -177,6 +178,7 @@ def _bad_writes(outcomes: tuple, num_pages: int) -> tuple:
 
 def _drop_write(outcomes: tuple, shard: SlotStore) -> None:
     """Forget the last page-run the rank wrote (it still reports it)."""
+    from inferris_dist.engine.messages import page_spans
     for outcome in reversed(outcomes):
         spans = list(page_spans(outcome.start_position, outcome.executed_tokens, outcome.writes,
                                 shard.page_size))
