@@ -5,6 +5,7 @@ tests and for examples/bench_page.py.
 - `restarts_log`: many ranks restarted over and over (a loss, the failed attempt, the restart,
   the new member, the same step joined); with `messages`, every plan and result too.
 - `lanes_log`: many requests that change state at every step (half of them run in turn).
+- `hostile_numbers`: records holding the biggest numbers they may, in every field.
 """
 from __future__ import annotations
 
@@ -138,3 +139,39 @@ def lanes_log(path: Path, lanes: int = 200, steps: int = 40_000) -> Path:
                     counters=counters(len(ran), lanes - len(ran)))
         w.event("end", 0.001, status="ok", error=None, steps=steps)
     return path
+
+
+HUGE = 2 ** 53 - 1
+EPOCH = 2 ** 31 - 1
+
+
+def hostile_numbers() -> list[dict]:
+    """Records with every numeric field at the biggest the schema lets it be, or past it."""
+    return [
+        {"t": 1.0, "event": "run", "name": "n", "world_size": HUGE, "rung": "full", "policy": "restore",
+         "faults": [], "config": {}, "requests": HUGE, "scheduler_pid": HUGE, "listen": None,
+         "shared_clock": True},
+        {"t": 1.1, "event": "member", "rank": 4095, "epoch": EPOCH, "pid": HUGE, "host": "", "proof": ""},
+        {"t": 1.2, "event": "phase", "phase": "prepare", "step": HUGE, "dur": 1e12},
+        {"t": 1.3, "event": "attempt", "step": HUGE, "epoch": EPOCH, "verdict": "joined", "plan_bytes": HUGE},
+        {"t": 1.4, "event": "step", "step": HUGE, "epoch": EPOCH,
+         "trace": {"step": HUGE, "executed": {"r": HUGE}, "evicted": list(range(1000)) + [HUGE]},
+         "counters": {k: HUGE for k in ("requests_running", "pages_free", "batch_tokens")}},
+        {"t": 1.5, "event": "idle", "first": 0, "last": HUGE, "text": "x"},
+        {"t": 1.6, "event": "rank-lost", "rank": HUGE, "ranks": [0, HUGE, -HUGE], "step": HUGE, "epoch": HUGE,
+         "reason": "died", "message": "m"},
+        {"t": 1.7, "event": "restart", "ranks": list(range(10_000)) + [HUGE], "epoch": EPOCH,
+         "step": HUGE, "shard_pages": HUGE, "policy": "restore", "pids": [HUGE] * 50},
+        {"t": 1.8, "event": "rejoin-wait", "ranks": [0, HUGE], "dur": 1e12, "joined": False},
+        {"t": 1.9, "event": "partition", "rank": 4095, "step": HUGE, "epoch": 0, "seconds": 1e12},
+        {"t": 2.0, "event": "audit-failed", "rank": HUGE, "step": HUGE, "epoch": 0, "page": HUGE,
+         "offset": HUGE, "message": "m"},
+        {"t": 2.1, "event": "turned-away", "messages": {f"p{i}": HUGE for i in range(1000)},
+         "connections": {"x": HUGE}, "member_replies_dropped": {}, "shed": HUGE},
+        {"t": 2.2, "dir": "out", "rank": 4095, "epoch": EPOCH, "step": HUGE, "type": "PLAN", "bytes": HUGE,
+         "body": {"step": HUGE, "items": [{"request_id": "r", "start_position": HUGE, "num_tokens": HUGE,
+                                           "placements": list(range(5000))}]}},
+        {"t": 2.3, "dir": "in", "rank": 4095, "epoch": EPOCH, "step": HUGE, "type": "RESULT", "bytes": HUGE,
+         "body": [], "sent": 2.2, "rtt": 1e11, "inside": [1e11, 1e11, 1e11, 1e11]},
+        {"t": 1e12, "event": "end", "status": "failed", "error": {"kind": "x", "step": HUGE}, "steps": HUGE},
+    ]
