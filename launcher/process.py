@@ -216,10 +216,14 @@ class ForkedProcess(WorkerProcess):
 class Template:
     """The scheduler's side of a template process (inferris_dist.launcher.template): fork workers fast."""
 
-    def __init__(self, module: str, log_dir: Path, start_timeout: float = 20.0):
+    def __init__(self, module: str, log_dir: Path, start_timeout: float = 20.0,
+                 answer_timeout: float | None = None):
+        """`start_timeout`: for the template to be up; `answer_timeout` (default the same): for
+        it to answer a fork, which takes it milliseconds (one that does not is given up on)."""
         self.module = module
         self.log_dir = log_dir
         self.start_timeout = start_timeout
+        self.answer_timeout = start_timeout if answer_timeout is None else answer_timeout
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
         self._buf = b""
@@ -247,14 +251,28 @@ class Template:
     def pid(self) -> int:
         return self.proc.pid
 
+    def alive(self) -> bool:
+        """Started and still running (a template shared between runs is checked before each)."""
+        return self.proc is not None and self.sock is not None and self.proc.poll() is None
+
     def fork(self, rank: int, argv: Sequence[str], secret: bytes, log_path: Path) -> ForkedProcess:
         ask = {"fork": list(argv), "rank": rank, "secret": secret.hex(), "log": str(log_path)}
+        deadline = time.monotonic() + self.answer_timeout
         try:
+            self.sock.settimeout(self.answer_timeout)     # a stopped template's buffer may be full
             self.sock.sendall((json.dumps(ask) + "\n").encode())
         except OSError:
-            raise OSError(f"the worker template is gone: {self._last_words()}") from None
+            raise OSError(f"the worker template is gone or does not read: {self._last_words()}") from None
+        finally:
+            if self.sock is not None:
+                self.sock.settimeout(None)
         while True:
-            got = self._read(self.start_timeout)
+            left = deadline - time.monotonic()
+            if left <= 0:                      # stopped or stuck: given up on, never waited on
+                pid = self.proc.pid if self.proc is not None else "?"
+                raise OSError(f"the worker template (pid {pid}) did not answer within "
+                              f"{self.answer_timeout:g} s (stopped or stuck)")
+            got = self._read(left)
             if got.get("rank") == rank and "pid" in got:
                 return ForkedProcess(rank, got["pid"], log_path, self)
 
@@ -307,6 +325,15 @@ class Template:
         except OSError:
             return "no log"
         return lines[-1][:300] if lines else "no last words"
+
+    def kill(self) -> None:
+        """Stop a template that does not answer: SIGKILL (a stopped process dies of it too)."""
+        if self.proc is not None:
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
+        self.close()
 
     def close(self) -> None:
         if self.sock is not None:

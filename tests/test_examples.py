@@ -30,7 +30,7 @@ def example(name: str, *args, cwd, timeout: float = 90) -> str:
 
 def test_every_example_is_run_here():
     ran = {"library.py", "serving.py", "bench_boundary.py", "bench_overlap.py", "bench_hosts.py",
-           "faults.sh", "faulty.spec.json",           # faults.sh's workload
+           "bench_serve.py", "bench_chaos.py", "faults.sh", "faulty.spec.json",   # faults.sh's workload
            "bare_echo.py",                            # bench_boundary.py's transport floor
            "test_my_executor.py"}                     # test_testing_api.py: pytest in a clean venv
     assert {p.name for p in EXAMPLES.iterdir() if p.is_file()} == ran
@@ -66,6 +66,14 @@ def test_bench_overlap(tmp_path):
     assert re.search(r"overlap .*\d\.\d\dx$", rows[1]), out
 
 
+def test_bench_serve(tmp_path):
+    out = example("bench_serve.py", "--requests", 20, "--world-size", 2, "--costs", "0", "--repeat", 1,
+                  cwd=tmp_path)
+    rows = [line for line in out.splitlines() if "us/step best" in line]
+    assert [row.split()[0] for row in rows] == ["plain", "wire", "serve", "serve"], out   # traces checked
+    assert re.search(r"serve \+ page .*\d\.\d{3}x plain$", rows[3]), out
+
+
 def test_bench_hosts(tmp_path):
     out = example("bench_hosts.py", "--requests", 20, "--world-size", 2, "--repeat", 1, cwd=tmp_path)
     assert "CURVE / plaintext, loopback:" in out, out
@@ -73,6 +81,13 @@ def test_bench_hosts(tmp_path):
         assert "veth / loopback, CURVE:" in out, out
     else:
         assert f"(no namespaces: {netns_skip_reason()})" in out, out
+
+
+def test_bench_chaos(tmp_path):
+    out = example("bench_chaos.py", "--schedules", 6, "--loop", 2, "--world-size", 2, cwd=tmp_path)
+    assert re.search(r"^chaos \(one process, one shared template\)\s+6\s+\d+\s+[\d.]+\s+\d+$", out, re.M), out
+    assert re.search(r"^a loop of inferris-dist compare\s+2\s+\d+\s+[\d.]+\s+\d+$", out, re.M), out
+    assert "chaos is " in out and "one fault-free run, taken apart:" in out, out
 
 
 def test_faults_sh():

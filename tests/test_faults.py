@@ -184,8 +184,9 @@ def test_fault_table(case, policy):
         assert obj["step"] == case.step and obj["epoch"] == 0
         assert error.rank == case.rank, obj
         assert obj.get("rank") == case.rank
-        if case.error is GroupViolation:
-            assert obj["ranks"] == [0, 1], obj
+        if case.error is GroupViolation:       # every rank is involved; the sides say who said what
+            assert obj["ranks"] == [0, 1, 2, 3], obj
+            assert {"ranks": [1], "value": obj["sides"][1]["value"]} in obj["sides"], obj
         if case.reason is not None:
             assert error.reason == case.reason and obj["reason"] == case.reason
         for word in case.words:
@@ -312,7 +313,8 @@ def test_cli_json_error_object(fault, kind, rank, step, reason, timeout, tmp_pat
     else:
         assert "rank" not in last             # nobody to blame
     if kind == "GroupViolation":
-        assert last["ranks"] == [0, 2]        # the ranks that disagree
+        assert last["ranks"] == [0, 1, 2, 3]  # every rank is involved; the sides say who said what
+        assert [side["ranks"] for side in last["sides"]] == [[0, 1, 3], [2]]
     if reason is not None:
         assert last["reason"] == reason
     assert len(pids) == WORLD_SIZE

@@ -7,7 +7,8 @@ prefixes (every module, every import, those inside functions too):
     rank              protocol and engine (a rank loads nothing of the control plane)
     observe           protocol and engine
     scheduler         protocol, observe, engine, launcher
-    testing           engine, scheduler (the public API for a user's fault tests)
+    testing           engine, scheduler, observe, protocol, launcher (the public API for a user's
+                      fault tests, and chaos: schedules, the run harness, the judge, the shrinker)
     cli               anything
 
 so no arrow runs back up and there is no circle between the parts. A freshly started worker
@@ -29,7 +30,7 @@ from tests.helpers.external import REPO
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
 STDLIB = set(sys.stdlib_module_names)
-THIRD_PARTY = {"zmq", "msgpack"}
+THIRD_PARTY = {"zmq", "msgpack", "prometheus_client"}
 PARTS = {   # a part -> the parts it may import (besides itself, the stdlib and THIRD_PARTY)
     "engine": set(),
     "launcher": set(),
@@ -37,7 +38,7 @@ PARTS = {   # a part -> the parts it may import (besides itself, the stdlib and 
     "rank": {"protocol", "engine"},
     "observe": {"protocol", "engine"},
     "scheduler": {"protocol", "observe", "engine", "launcher"},
-    "testing": {"engine", "scheduler"},
+    "testing": {"engine", "scheduler", "observe", "protocol", "launcher"},
     "cli": {"protocol", "rank", "observe", "scheduler", "engine", "launcher", "notes", "testing"},
     "top": {"scheduler", "protocol", "engine", "testing"},   # __init__.py: lazy names for the library
 }

@@ -269,7 +269,8 @@ def test_the_summary_lines_of_run_and_launch():
     assert launched.returncode == 0, launched.stderr
     after = after_closing_line(launched.stdout)
     assert after[:2] == ["acceptance 5/7 drafted tokens (71.4%)", "mean batch 5.2 tokens, 1.3 requests"]
-    assert after[2].startswith("rank ") and after[-1] == "workers: 2 started, none left running"
+    assert after[2].startswith("6 steps in ") and after[2].endswith(" s of start-up")   # launch's own
+    assert after[3].startswith("rank ") and after[-1] == "workers: 2 started, none left running"
 
 
 def test_the_summary_is_quiet_when_nothing_happened():

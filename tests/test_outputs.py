@@ -84,3 +84,24 @@ def test_the_pages_private_wire_log_of_a_killed_run_is_swept_by_the_next(tmp_pat
     done = cli("run", "--json", cwd=tmp_path)             # any later run's sweep takes it
     assert done.returncode == 0
     wait_until(lambda: not any(os.path.exists(p) for p in left), 10)
+
+
+@pytest.mark.procs
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("sig, status, said", [(signal.SIGTERM, 143, "terminated"),
+                                               (signal.SIGINT, 130, "interrupted")])
+def test_stopped_during_a_long_recovery_the_run_says_what_it_did_and_its_summary(tmp_path, sig, status, said):
+    """A fault that keeps coming back restarts rank 0 over and over; SIGTERM or Ctrl-C then: the
+    attempts so far, the request table and the rank table are printed, every worker is gone,
+    and the exit status says how it was stopped."""
+    proc = subprocess.Popen([*CLI, "launch", "--fault", "0:crash@1+", "--max-restarts", "100000",
+                             "--on-rank-loss", "restore", "--world-size", "2", "--wire-log", "w.jsonl"],
+                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "w.jsonl"
+    wait_until(lambda: log.exists() and log.read_text().count('"event": "restart"') >= 3, 30)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == status, err
+    assert err.strip().splitlines()[-1] == f"inferris-dist: {said}"
+    assert "restore: restarted rank 0" in out and "request  state" in out, out[-2000:]
+    assert "workers:" in out and "none left running" in out, out[-1000:]

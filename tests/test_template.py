@@ -101,3 +101,40 @@ def test_an_exit_report_returns_as_soon_as_it_is_in(tmp_path):
         assert status is not None and os.waitstatus_to_exitcode(status) == -signal.SIGKILL
     finally:
         template.close()
+
+
+@pytest.mark.procs
+@pytest.mark.timeout(60)
+def test_a_stopped_template_is_given_up_on_within_the_deadline_and_the_run_recovers():
+    """SIGSTOP the template, then a rank dies: its replacement's fork gets no answer; within the
+    step deadline the template is given up on (said in the attempt's notes), the replacement is
+    started afresh, the trace holds, and the stopped template is killed when the run ends."""
+    import signal
+    import time
+
+    import inferris_dist
+    from inferris_dist import testing
+
+    from tests.helpers.external import GOLDEN
+    from tests.helpers.procs import gone
+
+    demo = GOLDEN / "demo.spec.json"
+    lines = []
+    with inferris_dist.launch(demo, world_size=2, faults=["1:crash@2"], on_rank_loss="restore",
+                              step_timeout=1.0) as engine:
+        template = engine.group.members.template.pid
+        for trace in engine.run():
+            lines.append(trace.to_json())
+            if trace.step == 1:
+                os.kill(template, signal.SIGSTOP)
+                started = time.monotonic()
+            if trace.step == 2:
+                took = time.monotonic() - started
+        lines.append({"summary": engine.summary()})
+        notes = [n for a in engine.group.take_attempts() for n in a.notes]
+        recoveries = engine.take_recoveries()
+    assert lines == testing.reference(demo)
+    assert [(r.step, r.rank) for r in recoveries] == [(2, 1)]
+    assert any("did not answer within 1 s (stopped or stuck)" in n for n in notes), notes
+    assert took < 15, took                      # the deadline, a fresh interpreter, not forever
+    assert gone(template)

@@ -7,13 +7,17 @@ import difflib
 from inferris_dist.protocol.limits import MAX_SECONDS, int_arg, seconds_arg, valid_seconds
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_USAGE", "MAX_SECONDS",
-           "Parser", "UsageError", "int_arg", "seconds_arg", "valid_seconds"]
+           "Parser", "Terminated", "UsageError", "int_arg", "seconds_arg", "valid_seconds"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 
 
 class UsageError(Exception):
     pass
+
+
+class Terminated(BaseException):
+    """SIGTERM: unwind like Ctrl-C so every worker is stopped on the way out."""
 
 
 class Parser(argparse.ArgumentParser):

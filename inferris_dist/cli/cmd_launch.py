@@ -11,7 +11,7 @@ from pathlib import Path
 import zmq
 
 from inferris_dist.cli import render
-from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK
+from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK, Terminated
 from inferris_dist.engine import Engine, EngineError, WorkloadError, trace_dicts
 from inferris_dist.engine.errors import MachineFailure
 from inferris_dist.observe.timeline import Timeline
@@ -32,7 +32,19 @@ def options_from_args(args, timeline: Timeline | None, log_stream, on_waiting,
 
 def run_launch(workload, name: str, args) -> int:
     """`inferris-dist launch`: print every step and what crossed, or `--json` (the bytes of
-    `run --json`); exit 1 with the diagnosis when the ranks fail."""
+    `run --json`); exit 1 with the diagnosis when the ranks fail. With `--serve` the run is
+    served live while it runs (cmd_serve.LaunchServer), by a process of its own."""
+    from inferris_dist.cli.cmd_serve import LaunchServer
+    server = LaunchServer(getattr(args, "serve", None), getattr(args, "serve_linger", 0.0))  # binds now
+    try:
+        status = _run_launch(workload, name, args, server)
+        server.finish(server.log_ok)
+    finally:
+        server.close()
+    return status
+
+
+def _run_launch(workload, name: str, args, server) -> int:
     from inferris_dist.observe.metrics import Metrics, MetricsFile, empty_document, error_object, timed
     as_json = args.json
     out = sys.stdout
@@ -42,9 +54,13 @@ def run_launch(workload, name: str, args) -> int:
     started = time.monotonic()
     engine = group = None
     status = EXIT_OK
-    failure = None
+    failure = interrupted = None
+    ran: list[float] = [started]                  # start, the first step's start, the run's end
     with ExitStack() as opened:              # bad input before the run: whatever was opened, undone
-        html = HtmlPage(getattr(args, "html", None), args.wire_log)
+        wire_log = args.wire_log
+        if server.wanted and wire_log is None:          # served: a wire log of our own to follow
+            wire_log = server.private_log()
+        html = HtmlPage(getattr(args, "html", None), wire_log)
         opened.callback(html.discard)        # (no temporary wire log left behind)
         log_stream = _open_for_writing(html.wire_log, "--wire-log", opened)
         timeline_stream = _open_for_writing(args.timeline, "--timeline", opened)
@@ -56,6 +72,8 @@ def run_launch(workload, name: str, args) -> int:
         options = options_from_args(args, timeline, log_stream,
                                     lambda *waiting: announce(args, workload, *waiting), name)
         options.check()
+        if server.wanted:
+            server.start(html.wire_log, name)
         opened.pop_all()                     # the run starts: they stay open until it ends
     metrics = None
 
@@ -79,6 +97,7 @@ def run_launch(workload, name: str, args) -> int:
             if not as_json:
                 out.write(render.header(workload, name) + "\n")
                 out.write(style.dim(f"{'':>{render.STEP_WIDTH}}  {members_line(group, started)}") + "\n")
+            ran.append(time.monotonic())              # the run's steps begin: start-up is over
             for trace, wall_s in timed(engine.run()):
                 num_steps += 1
                 if metrics is not None:
@@ -111,14 +130,24 @@ def run_launch(workload, name: str, args) -> int:
             printer.flush()
             if group is not None:
                 print_failure(out, style, group, engine, err)
-    finally:
+    except (KeyboardInterrupt, Terminated) as stop:   # every worker is stopped by now
         progress.clear()
-        escaping = sys.exc_info()[1]         # an interrupt (or a bug) on its way out
+        interrupted = stop
+        if not as_json:
+            printer.flush()
+            if group is not None:                 # what crossed so far, then the summary: said
+                write_boundary(out, style, group.world_size, group.take_attempts(),
+                               engine.take_recoveries() if engine is not None else [])
+    finally:
+        ran.append(time.monotonic())
+        progress.clear()
+        escaping = sys.exc_info()[1] or interrupted   # an interrupt (or a bug) on its way out
         closing = _finish_outputs(log_stream, timeline_stream, timeline, args, metrics_file,
                                   lambda problem: metrics_document(problem, escaping), html.wire_log)
         closing = html.write(name, closing)
     _say_unfired(group, engine)
     lost_log = group.wire_log.broken if group is not None and group.wire_log else None
+    server.log_ok = lost_log is None and closing is None
     if lost_log is not None and closing is None:     # the run went on without its wire log
         closing = machine_failure(lost_log, _log_flag(args, html))
         closing.message += " (the run went on without the rest of its wire log)"
@@ -129,6 +158,11 @@ def run_launch(workload, name: str, args) -> int:
         status = EXIT_FAILED
     elif closing is not None:            # the run failed, and an output file too: say both
         render.write_error(closing, sys.stderr, render.Style.for_stream(sys.stderr))
+    if interrupted is not None:
+        if not as_json:
+            print_end(out, style, engine, group, num_steps, metrics, ran)
+        out.flush()
+        raise interrupted              # main says so, and exits 130 (Ctrl-C) or 143 (SIGTERM)
     if as_json:
         if failure is None and engine is not None:     # a finished run's summary stands
             out.write(json.dumps({"summary": engine.summary()}) + "\n")
@@ -138,11 +172,24 @@ def run_launch(workload, name: str, args) -> int:
         return status
     if output_failed:
         failure = closing
-    print_end(out, style, engine, group, num_steps, metrics)
+    print_end(out, style, engine, group, num_steps, metrics, ran)
     if status != EXIT_OK:
         out.flush()
         render.write_error(failure, sys.stderr, render.Style.for_stream(sys.stderr))
     return status
+
+
+def time_line(engine, num_steps: int, ran: list[float]) -> str:
+    """How long the steps took (start-up apart), and at overlap how much of the scheduler's own
+    work ran while a plan was in flight, hidden behind the ranks' time."""
+    start, first, end = ran
+    took = end - first
+    rate = f" ({num_steps / took:,.0f} steps a second)" if took > 0 and num_steps else ""
+    line = f"{num_steps:,} steps in {took:.2f} s{rate}, after {first - start:.2f} s of start-up"
+    if engine.rung.overlap and engine.scheduler_s > 0:
+        line += (f"; {100 * engine.hidden_s / engine.scheduler_s:.0f}% of the scheduler's work ran "
+                 f"while a plan was in flight")
+    return line
 
 
 def print_step(out, style, printer, engine, trace) -> None:
@@ -183,13 +230,15 @@ def print_failure(out, style, group, engine, err) -> None:
         out.write(why + "\n")
 
 
-def print_end(out, style, engine, group, num_steps: int, metrics) -> None:
-    """The requests, the run's totals, and each rank's."""
+def print_end(out, style, engine, group, num_steps: int, metrics, ran: list[float]) -> None:
+    """The requests, the run's totals and time, and each rank's."""
     if engine is not None:
         out.write(render.request_table(engine.summary(), style) + "\n")
         out.write(render.closing_line(num_steps, engine.summary()) + "\n")
         for line in metrics.summary_lines() if metrics is not None else ():
             out.write(line + "\n")
+        if len(ran) == 3:
+            out.write(time_line(engine, num_steps, ran) + "\n")
     if group is not None:
         out.write(render.rank_table(group.totals, group.rank_pids, style, group.member_hosts()) + "\n")
         out.write(workers_line(group) + "\n")
@@ -251,6 +300,8 @@ def _log_flag(args, html) -> str:
     """How to name the wire log in a message: the flag and file, or the page's own log."""
     if args.wire_log is not None:
         return f"--wire-log {args.wire_log}"
+    if getattr(args, "html", None) is None:
+        return f"--serve's wire log {html.wire_log}"
     return f"--html's wire log {html.wire_log}"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -19,7 +20,9 @@ from inferris_dist.cli.args import (
     EXIT_OK,
     EXIT_TERMINATED,
     EXIT_USAGE,
+    MAX_SECONDS,
     Parser,
+    Terminated,
     UsageError,
     int_arg,
     seconds_arg,
@@ -113,6 +116,29 @@ def add_launch_flags(p) -> None:
                         "replacement to join (default 30)")
 
 
+def linger_arg(text: str) -> float:
+    """--serve-linger: seconds >= 0 (0: the server stops as the run ends)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
+        raise argparse.ArgumentTypeError(f"want a number of seconds >= 0 and <= {MAX_SECONDS:g}, "
+                                         f"got {text!r}")
+    return value
+
+
+def add_serve_flags(p) -> None:
+    """launch's --serve and --serve-linger."""
+    g = p.add_argument_group("watching the run live")
+    g.add_argument("--serve", metavar="[HOST:]PORT",
+                   help="serve the live page, /metrics (Prometheus), /health and /status while the run "
+                        "runs (HOST default 127.0.0.1; PORT 0: any free one; the URL goes to stderr)")
+    g.add_argument("--serve-linger", type=linger_arg, default=0.0, metavar="SECONDS",
+                   help="keep serving this long after the run ends (default 0: stop once the open "
+                        "pages were told the end)")
+
+
 def _version() -> str:
     try:
         from importlib.metadata import version
@@ -149,11 +175,31 @@ def build_commands(sub) -> None:
     ins.add_argument("wirelog", metavar="WIRELOG", help="a file written by launch --wire-log")
     ins.add_argument("--step", type=int_arg, metavar="K", help="show step K in full")
     ins.add_argument("--json", action="store_true", help="one JSON object per line (shapes below)")
+    from inferris_dist.cli.cmd_check import JSON_HELP as CHECK_JSON_HELP
+    chk = sub.add_parser("check", help="judge a --wire-log afterwards: every committed step joined from "
+                         "its epoch's results and following from its plan; the policy's promise",
+                         epilog=CHECK_JSON_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    chk.add_argument("wirelog", metavar="WIRELOG", help="a file written by launch --wire-log")
+    chk.add_argument("--spec", metavar="FILE", help="the run's workload (or - for stdin), for a log that "
+                     "does not record it whole; refused unless it is the run's")
+    chk.add_argument("--json", action="store_true", help="one JSON object (its shape below)")
     htm = sub.add_parser("html", help="write a --wire-log as one self-contained page: lanes for the "
                          "scheduler, every rank and request; click a step for its plan and results")
     htm.add_argument("wirelog", metavar="WIRELOG", help="a file written by launch --wire-log")
     htm.add_argument("-o", "--output", required=True, metavar="FILE", help="the page to write")
     htm.add_argument("--title", help="the page's title (default: the run's name)")
+    srv = sub.add_parser("serve", help="follow a wire log as it is written (tail -f) and serve the "
+                         "live page, /metrics, /health and /status until Ctrl-C")
+    srv.add_argument("wirelog", metavar="WIRELOG", help="a wire log being written (launch --wire-log, "
+                     "the library's wire_log=), or one already written")
+    srv.add_argument("--address", default="127.0.0.1:0", metavar="[HOST:]PORT",
+                     help="where to serve (default 127.0.0.1:0: loopback, any free port; the URL goes "
+                          "to stderr)")
+    srv.add_argument("--serve-linger", type=linger_arg, default=None, metavar="SECONDS",
+                     help="stop this long after the run's end record (default: keep serving until Ctrl-C)")
+    srv.add_argument("--title", help="the page's title (default: the run's name)")
+    srv.add_argument("--fd", type=int, help=argparse.SUPPRESS)        # launch --serve: its bound socket
+    srv.add_argument("--parent", type=int, help=argparse.SUPPRESS)    # launch --serve: die with it
     lad = sub.add_parser("ladder", help="run a workload at every rung of the mechanism ladder; "
                          "one table of what each mechanism buys")
     add_workload_flags(lad)
@@ -168,6 +214,7 @@ def build_commands(sub) -> None:
     add_output_flags(la)
     la.add_argument("--wire-log", metavar="FILE", help="write every message that crossed as JSON lines")
     add_launch_flags(la)
+    add_serve_flags(la)
     co = sub.add_parser("compare", help="run in process and on worker processes; check the policy's "
                         "promise (the same trace; under recompute, the same summary)")
     add_workload_flags(co)
@@ -175,6 +222,8 @@ def build_commands(sub) -> None:
     add_fault_flags(co)
     co.add_argument("--json", action="store_true",
                     help="one JSON object: what was compared, the verdict, the first difference")
+    from inferris_dist.cli.cmd_chaos import add_chaos_parser
+    add_chaos_parser(sub)
     wo = sub.add_parser("worker", help="a rank worker, for a scheduler started with `launch --listen` "
                         "(`inferris-dist worker --help` for its flags)")
     wo.add_argument("worker_args", nargs="*", help="--connect tcp://HOST:PORT --keys DIR [--rank R] "
@@ -347,10 +396,25 @@ def cmd_inspect(args) -> int:
     return run_inspect(args.wirelog, args.step, sys.stdout, render.Style.for_stream(sys.stdout), args.json)
 
 
+def cmd_check(args) -> int:
+    from inferris_dist.cli.cmd_check import run_check
+    return run_check(args.wirelog, args.spec, sys.stdout, args.json)
+
+
 def cmd_html(args) -> int:
     from inferris_dist.observe.page import write_page
     write_page(args.wirelog, args.output, args.title)
     return EXIT_OK
+
+
+def cmd_serve(args) -> int:
+    from inferris_dist.cli.cmd_serve import run_serve
+    return run_serve(args)
+
+
+def cmd_chaos(args) -> int:
+    from inferris_dist.cli.cmd_chaos import run_chaos
+    return run_chaos(args)
 
 
 def cmd_compare(args) -> int:
@@ -360,9 +424,9 @@ def cmd_compare(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "demo": cmd_demo, "mechs": cmd_mechs, "launch": cmd_launch,
-            "compare": cmd_compare, "keys": cmd_keys, "ladder": cmd_ladder,
-            "inspect": cmd_inspect,
-            "html": cmd_html}
+            "compare": cmd_compare, "chaos": cmd_chaos, "keys": cmd_keys, "ladder": cmd_ladder,
+            "inspect": cmd_inspect, "check": cmd_check,
+            "html": cmd_html, "serve": cmd_serve}
 
 
 def _attach_dashed_values(argv: list[str]) -> list[str]:
@@ -378,10 +442,6 @@ def _attach_dashed_values(argv: list[str]) -> list[str]:
         else:
             out.append(argv[i])
     return out
-
-
-class Terminated(BaseException):
-    """SIGTERM: unwind like Ctrl-C so every worker is stopped on the way out."""
 
 
 def _on_sigterm(signum, frame):

@@ -10,6 +10,10 @@ of two modes:
 - lenient (the page): a bad line is skipped and counted, a line too long skipped unread, and
   `notes` says what was; a file none of whose first lines is a record is not a wire log.
 
+A log still being written (`serve WIRELOG`, `launch --serve`) is followed by `LogFollower`,
+as `tail -f` follows a file: the same decoding and bounds, lenient, a line taken only once
+its newline has come.
+
 Either way the file must be a regular file (a fifo would block the open or the read for ever,
 a device never ends: refused before a byte is read); no line is read whole beyond the line
 bound; a line holds at most MAX_NESTED objects and arrays (what parsing it may cost); at most
@@ -213,3 +217,89 @@ class LogReader:
                 raise WorkloadError(f"{self.command} {self.name}: {e.strerror or e}") from None
             total += len(line)
         return total
+
+
+class LogFollower:
+    """A wire log still being written, read as `tail -f` reads it: `poll()` gives the records
+    of the lines completed since the last call, and never a line still being written (a
+    line is taken when its newline has come). Bounded like the lenient reader: a line
+    longer than `max_line` is skipped unread (counted in `too_long`), a line that is not a
+    record is skipped (counted in `skipped`), and one call reads at most `chunk` bytes. The
+    file must be a regular file (open_log). `truncated()` says whether the file has become
+    shorter than what was read of it (replaced or cut: what was read no longer stands)."""
+
+    def __init__(self, path: str, command: str = "serve", max_line: int = MAX_LINE,
+                 chunk: int = 4 << 20):
+        self.path, self.command, self.max_line, self.chunk = path, command, max_line, chunk
+        self.name = shown(str(path))
+        self.file = open_log(path, command)
+        self.position = 0            # bytes read
+        self.line = 0                # lines completed
+        self.records = 0
+        self.skipped = 0
+        self.too_long = 0
+        self._partial = b""          # the line being written, so far
+        self._skipping = False       # inside a line too long to keep: dropped up to its newline
+
+    def close(self) -> None:
+        self.file.close()
+
+    def truncated(self) -> bool:
+        try:
+            return os.fstat(self.file.fileno()).st_size < self.position
+        except OSError:
+            return True
+
+    def poll(self) -> list[dict]:
+        """The records completed since the last call (an empty list: nothing new)."""
+        try:
+            data = self.file.raw.read(self.chunk)
+        except OSError as e:
+            raise WorkloadError(f"{self.command} {self.name}: {e.strerror or e}") from None
+        if not data:
+            return []
+        self.position += len(data)
+        out = []
+        start = 0
+        while True:
+            end = data.find(b"\n", start)
+            if end < 0:
+                break
+            piece = data[start:end + 1]
+            start = end + 1
+            self.line += 1
+            if self._skipping:
+                self._skipping = False
+                continue
+            line = self._partial + piece if self._partial else piece
+            self._partial = b""
+            if len(line) > self.max_line:
+                self.too_long += 1
+                continue
+            self._take(line, out)
+        rest = data[start:]
+        if self._skipping:
+            return out
+        if len(self._partial) + len(rest) > self.max_line:
+            self._partial = b""
+            self._skipping = True
+            self.too_long += 1
+        else:
+            self._partial += rest
+        return out
+
+    def _take(self, line: bytes, out: list) -> None:
+        if not line.strip():
+            return
+        try:
+            if len(line) > MAX_NESTED and line.count(b"{") + line.count(b"[") > MAX_NESTED:
+                raise ValueError("too deep")
+            obj = decode_line(line)
+        except (ValueError, RecursionError, MemoryError):
+            self.skipped += 1
+            return
+        if record_kind(obj) is None:
+            self.skipped += 1
+            return
+        self.records += 1
+        out.append(obj)

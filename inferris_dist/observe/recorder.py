@@ -261,8 +261,11 @@ class Recorder:
         running the engine again)."""
         if self.log is not None:
             from inferris_dist.observe.metrics import step_counters
+            by_id = engine.by_id
+            prompt = sum(by_id[r].prompt for r in trace.admitted)
+            prompt += sum(by_id[r].prompt for r in trace.preempted)
             self.log.event("step", step=trace.step, epoch=epoch, trace=engine.trace_json(trace),
-                           counters=step_counters(engine, trace))
+                           counters=step_counters(engine, trace), prompt_tokens=prompt)
 
     def idle(self, first: int, last: int) -> None:
         if self.log is not None:

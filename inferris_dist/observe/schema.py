@@ -100,12 +100,16 @@ EVENTS: dict[str, Event] = {
         "world_size": req("int", "ranks"),
         "rung": req("str", "the rung of the ladder"),
         "policy": req("str", "--on-rank-loss"),
+        "max_restarts": req("int", "--max-restarts: recoveries allowed in the run"),
         "faults": req("list", "the faults to inject, as written (RANK:KIND@STEP...)", items="str"),
         "config": req("object", "max_step_tokens, page_size, num_pages, spec_len, world_size"),
         "requests": req("int", "requests in the workload"),
         "scheduler_pid": req("int", "the scheduler's process"),
         "listen": req("str|null", "the address outside workers join at; null: workers spawned here"),
         "shared_clock": req("bool", "the ranks read the scheduler's clock (all on this host)"),
+        "workload_digest": req("str", '"sha256:" and the digest of the workload (records.workload_fields)'),
+        "workload": opt("object", "the workload itself (engine values and requests) when its JSON is "
+                                  "at most 1 MiB"),
     }),
     "member": Event("a member admitted to a rank (each epoch)", {
         "rank": req("int", "the rank it holds"),
@@ -130,6 +134,8 @@ EVENTS: dict[str, Event] = {
         "epoch": req("int", "the epoch it committed in"),
         "trace": req("object", "the step's trace (the --json line)"),
         "counters": req("object", "the counters after it (as --metrics)"),
+        "prompt_tokens": req("int", "prompt tokens of the requests admitted in it, and again of those "
+                                    "preempted in it (--metrics' prompt_tokens, step by step)"),
     }),
     "audit": Event("a shard audit every shard passed", {
         "step": req("int", "the step after which it ran"),

@@ -479,8 +479,18 @@ def check_proof(secret: bytes, header: Header, hello: Hello) -> bool:
     return hmac.compare_digest(want, hello.proof)
 
 
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+
+
 def to_jsonable(value: Any) -> Any:
-    """A decoded body as JSON-able data, for the wire log."""
+    """A decoded body as JSON-able data, for the wire log. (A body's lists are mostly of plain
+    numbers, taken as they are without a call each: the log pays for this once per message.)"""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is list or kind is tuple:
+        scalars = _SCALARS
+        return [v if type(v) in scalars else to_jsonable(v) for v in value]
     if isinstance(value, bytes):
         return value.hex()
     if hasattr(value, "_asdict"):

@@ -542,6 +542,7 @@ class RankChannel:
         spent = self.fired.setdefault(rank, set())
         if len(spent) < MAX_FIRED_KEPT:
             spent.update(texts)
+        self.recorder.totals[rank].bytes_received += len(frames[1]) + len(frames[2])
         self.recorder.received(rank, header.epoch, header.step, MsgType.FIRED, len(frames[2]), list(texts))
         return True
 

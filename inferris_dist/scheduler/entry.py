@@ -26,7 +26,7 @@ from typing import Iterator
 
 from inferris_dist.engine import Workload, load_workload
 from inferris_dist.observe.recorder import Recorder
-from inferris_dist.observe.records import WireLog
+from inferris_dist.observe.records import WireLog, workload_fields
 from inferris_dist.protocol.faults import parse_faults
 from inferris_dist.scheduler.group import ProcessGroup
 from inferris_dist.scheduler.options import LaunchOptions
@@ -35,9 +35,12 @@ from inferris_dist.scheduler.recovery import DistributedEngine
 
 @contextmanager
 def launch(workload: Workload | dict | str | Path, world_size: int | None = None, *,
-           options: LaunchOptions | None = None, **kw) -> Iterator[DistributedEngine]:
+           options: LaunchOptions | None = None, engine_class: type[DistributedEngine] = DistributedEngine,
+           **kw) -> Iterator[DistributedEngine]:
     """Start `world_size` rank workers (or wait for them, with `listen`), yield the engine
-    driving them; stop them all on exit. Keyword arguments are LaunchOptions fields."""
+    driving them; stop them all on exit. Keyword arguments are LaunchOptions fields;
+    `engine_class` (a DistributedEngine subclass) is what drives the group, for a test that
+    plants a broken recovery of its own."""
     unknown = set(kw) - {f.name for f in fields(LaunchOptions)}
     if unknown:
         raise TypeError(f"launch() got unknown options: {', '.join(sorted(unknown))}")
@@ -61,15 +64,17 @@ def launch(workload: Workload | dict | str | Path, world_size: int | None = None
     recorder = Recorder(n, log, options.timeline, shared_clock=options.listen is None)
     cfg = workload.config
     recorder.run(name=options.name, world_size=n, rung=options.rung, policy=options.on_rank_loss,
+                 max_restarts=options.max_restarts,
                  faults=[f.text for f in fault_list],
                  config={k: getattr(cfg, k) for k in ("max_step_tokens", "page_size", "num_pages",
                                                       "spec_len", "world_size")},
                  requests=len(workload.requests), scheduler_pid=os.getpid(), listen=options.listen,
-                 shared_clock=options.listen is None)
+                 shared_clock=options.listen is None,
+                 **(workload_fields(workload) if log is not None else {}))
     engine, ended = None, None
     try:
         with ProcessGroup(workload, options, recorder) as group:
-            engine = DistributedEngine(workload, group, options)
+            engine = engine_class(workload, group, options)
             try:
                 yield engine
             except BaseException as e:

@@ -150,9 +150,10 @@ class ProcessGroup:
         self._check_descriptors(*raise_descriptor_limit())   # strangers may knock: room for them
         if options.listen is None:
             self.log_dir = make_run_dir()
-            template = None
-            if options.use_template:
-                template = Template("inferris_dist.rank.cli", self.log_dir, options.start_timeout)
+            template = options.template        # shared between runs: its starter's to close
+            if template is None and options.use_template:
+                template = Template("inferris_dist.rank.cli", self.log_dir, options.start_timeout,
+                                    answer_timeout=min(options.start_timeout, options.step_timeout))
                 try:
                     template.start()
                 except OSError:
@@ -233,6 +234,9 @@ class ProcessGroup:
         """
         with _interrupts_held():
             if self.members is not None:
+                if self.options.template is not None and getattr(self.members, "template", None) \
+                        is self.options.template:
+                    self.members.template = None     # shared: left running for the next run
                 self.members.close()
             self.channel.close()
             if self.log_dir is not None:
@@ -327,8 +331,10 @@ class ProcessGroup:
         return self.recorder.take_attempts(f.record for f in self.channel.in_flight.values())
 
     def audit(self, held: SlotStore, step: int) -> None:
-        """Every rank's shard must hold every slot the control plane's pool holds."""
+        """Every rank's shard must hold every slot the control plane's pool holds; every rank
+        whose shard does not is named (one recovery replaces them all)."""
         got = self.channel.exchange(MsgType.AUDIT, MsgType.SHARD, step, ())
+        failed: list[ShardDivergence] = []
         for rank in range(self.world_size):
             miss = first_mismatch(held, dict(got[rank].body))
             if miss is not None:
@@ -338,7 +344,15 @@ class ProcessGroup:
                     f"{_slot(want)}, the shard holds {_slot(have)}",
                     step, rank=rank, epoch=self.epoch)
                 self.recorder.audit_failed(err, page, offset)
-                raise err
+                failed.append(err)
+        if failed:
+            first = failed[0]
+            if len(failed) > 1:
+                others = ", ".join(str(e.rank) for e in failed[1:])
+                verb = "diverges" if len(failed) == 2 else "diverge"
+                first.message += f"; rank{'s' * (len(failed) > 2)} {others} {verb} too"
+                first.ranks = tuple(e.rank for e in failed)
+            raise first
         self.recorder.audit(step, self.epoch)
 
 

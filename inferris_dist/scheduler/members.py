@@ -55,6 +55,7 @@ class Spawned:
         self.started: list[WorkerProcess | Gone] = []   # every worker started, restarts too
         self._where: dict[int, int] = {}                # pid -> its place in `started`
         self.forgotten = 0                              # gone workers past MAX_GONE, counted
+        self.abandoned: list[Template] = []             # templates given up on, closed at the end
         channel.explain = self.explain
 
     def worker_args(self, rank: int, parent_pid: int, death_signal: bool) -> list[str]:
@@ -82,7 +83,12 @@ class Spawned:
             except OSError as e:
                 if e.filename is not None:
                     raise                     # a file we could not make (a full disk): say so
-                self.template = None          # it is gone: start them the slow way from now on
+                # gone, stopped or stuck: start them the slow way from now on. A template that
+                # does not answer is not killed now (the workers it forked die with it): it is
+                # stopped with the run.
+                self.abandoned.append(self.template)
+                self.template = None
+                self.channel.note(None, f"{e}: workers are started afresh from now on")
         if started is None:
             started = spawn_workers(self.argv, self.channel.world_size, self.secret, ranks, self.log_dir)
         for w in started:
@@ -150,6 +156,9 @@ class Spawned:
         if self.template is not None:
             self.template.close()
             self.template = None
+        for template in self.abandoned:     # stopped or stuck: it gets no second to answer
+            template.kill()
+        self.abandoned = []
 
     @property
     def pids(self) -> dict[int, list[int]]:

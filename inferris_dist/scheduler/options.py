@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence, TextIO
+from typing import TYPE_CHECKING, Callable, Sequence, TextIO
 
 from inferris_dist.engine import WorkloadError
 from inferris_dist.engine.rungs import rung as rung_named
@@ -13,6 +13,9 @@ from inferris_dist.observe.timeline import Timeline
 from inferris_dist.protocol.faults import POLICIES
 from inferris_dist.protocol.limits import MAX_SECONDS, NO_EXEC_COST, ExecCost, valid_seconds
 from inferris_dist.protocol.placement import PlacementError, check_address
+
+if TYPE_CHECKING:
+    from inferris_dist.launcher import Template
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ class LaunchOptions:
     name: str = ""                      # the workload's name, for the wire log and the page
     start_timeout: float = 20.0         # a worker we start must finish its handshake by then
     use_template: bool = True           # fork workers from a template (else a fresh interpreter each)
+    template: Template | None = None    # a started template shared between runs: forked from, left
+                                        # running (its starter closes it); None: the group's own
     spin_us: int | None = None          # spin before sleeping in a gather; None: 2000 while the
                                         # ranks leave a core free for the scheduler, else 0
     bind: str = "local"                 # where spawned workers connect: "local" (a private unix

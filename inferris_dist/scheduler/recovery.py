@@ -18,7 +18,9 @@ coming back exhausts `max_restarts` and ends as abort does.
 """
 from __future__ import annotations
 
+import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -36,6 +38,7 @@ from inferris_dist.protocol.faults import POLICIES
 from inferris_dist.scheduler.group import ProcessGroup
 from inferris_dist.scheduler.options import LaunchOptions
 
+BUSY_PHASES = ("prepare", "commit")   # the scheduler's own work in a step
 MAX_RECOVERIES_KEPT = 256       # recoveries kept between two takes (the restarts of one step)
 RECOVERABLE = (RankLost, GroupViolation, BoundaryViolation, ShardDivergence)
 
@@ -73,6 +76,8 @@ class DistributedEngine(Engine):
         self.recoveries_unshown = 0                # recoveries past the kept ones, since the last take
         self._preempted_between_steps: list[str] = []  # by a recompute after an audit: shown next step
         self._idle_from: int | None = None         # the first step of the idle stretch we are in
+        self.scheduler_s = 0.0                     # the scheduler's planning and committing, timed
+        self.hidden_s = 0.0                        # of it, what ran while a plan was in flight
 
     def run(self) -> Iterator[StepTrace]:
         """The engine's own loop, with the shard audited every `audit_every` steps that
@@ -143,7 +148,24 @@ class DistributedEngine(Engine):
                     prepared = self._recover_sent(err, prepared)
 
     def phase(self, name: str, step: int):
+        if name in BUSY_PHASES:
+            return self._busy(name, step)
         return self.recorder.phase(name, step)
+
+    @contextmanager
+    def _busy(self, name: str, step: int):
+        """The scheduler's own work (planning, committing), timed: the share of it that ran while
+        a plan was in flight (overlap scheduling's gain: work the ranks' time hides)."""
+        ahead = bool(self.group.channel.in_flight)
+        start = time.monotonic()
+        try:
+            with self.recorder.phase(name, step):
+                yield
+        finally:
+            took = time.monotonic() - start
+            self.scheduler_s += took
+            if ahead:
+                self.hidden_s += took
 
     def audit(self, step: int) -> None:
         """Every rank's shard against the pool; a divergent rank is recovered like a lost one."""

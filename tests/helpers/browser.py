@@ -46,7 +46,9 @@ class Browser:
     """One headless Chromium and one page (target) in it."""
 
     def __init__(self, width: int = 1400, height: int = 900, path: str = CHROMIUM,
-                 timeout: float = 30.0):
+                 timeout: float = 30.0, loopback: bool = False):
+        """`loopback`: the browser may reach servers on this machine by address (a live page
+        served on 127.0.0.1); every other request still goes to the proxy that goes nowhere."""
         self.width, self.height, self.timeout = width, height, timeout
         self.profile = tempfile.mkdtemp(prefix="inferris-browser-")
         self.errors: list[str] = []           # console errors, exceptions, log entries of level error
@@ -62,8 +64,10 @@ class Browser:
                 "--no-default-browser-check", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--disable-extensions",
                 "--disable-default-apps", "--disable-dev-shm-usage", "--mute-audio", "--hide-scrollbars",
-                "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
-                "--host-resolver-rules=MAP * ~NOTFOUND", f"--window-size={width},{height}",
+                "--proxy-server=127.0.0.1:9",
+                f"--proxy-bypass-list={'127.0.0.1' if loopback else '<-loopback>'}",
+                "--host-resolver-rules=MAP * ~NOTFOUND" + (", EXCLUDE 127.0.0.1" if loopback else ""),
+                f"--window-size={width},{height}",
                 f"--user-data-dir={self.profile}", "--remote-debugging-pipe", "about:blank"]
         # a small trampoline puts our pipe ends at 3 (its input) and 4 (its output), then
         # becomes chromium (first moved above 9, so that they cannot collide with 3 and 4)
@@ -187,6 +191,14 @@ class Browser:
     def open(self, path: str | Path, timeout: float | None = None, fragment: str = "") -> None:
         """Navigate to a local file (and a `fragment` in it: "step=3") and wait for its load event."""
         url = Path(path).resolve().as_uri() + (f"#{fragment}" if fragment else "")
+        self.events.clear()
+        reply = self.send("Page.navigate", {"url": url})
+        if reply.get("errorText"):
+            raise BrowserError(f"navigating to {url}: {reply['errorText']}")
+        self.wait_event("Page.loadEventFired", timeout)
+
+    def open_url(self, url: str, timeout: float | None = None) -> None:
+        """Navigate to a URL (a server on loopback: see `loopback`) and wait for its load event."""
         self.events.clear()
         reply = self.send("Page.navigate", {"url": url})
         if reply.get("errorText"):

@@ -36,10 +36,11 @@ class _Writer:
                                    "step": step, "type": kind, "bytes": size, "body": body, **extra}) + "\n")
 
     def run(self, name: str, world: int, requests: int, policy: str = "restore", faults=()) -> None:
-        self.event("run", 0, name=name, world_size=world, rung="full", policy=policy, faults=list(faults),
-                   config={"max_step_tokens": 64, "page_size": 16, "num_pages": 512, "spec_len": 0,
-                           "world_size": world}, requests=requests, scheduler_pid=4000, listen=None,
-                   shared_clock=True)
+        self.event("run", 0, name=name, world_size=world, rung="full", policy=policy, max_restarts=1 << 20,
+                   faults=list(faults), config={"max_step_tokens": 64, "page_size": 16, "num_pages": 512,
+                                                "spec_len": 0, "world_size": world},
+                   requests=requests, scheduler_pid=4000, listen=None, shared_clock=True,
+                   workload_digest="sha256:" + "0" * 64)
 
 
 def trace(step: int, admitted=(), scheduled=(), finished=None, full: bool = True) -> dict:
@@ -115,7 +116,7 @@ def restarts_log(path: Path, ranks: int = 128, restarts: int = 10_000, messages:
             w.event("attempt", step=i, epoch=epoch, verdict="joined", plan_bytes=46)
             w.event("phase", phase="commit", step=i, dur=0.00002)
             w.event("step", step=i, epoch=epoch, trace=trace(i, ["q"] if i == 0 else [], ["q"]),
-                    counters=counters(1, 0))
+                    counters=counters(1, 0), prompt_tokens=24 if i == 0 else 0)
         w.event("end", 0.001, status="ok", error=None, steps=restarts)
     return path
 
@@ -136,7 +137,8 @@ def lanes_log(path: Path, lanes: int = 200, steps: int = 40_000) -> Path:
             finished = {r: "LENGTH" for r in ids} if last else None
             w.event("step", 0.0008, step=step, epoch=0,
                     trace=trace(step, ids if step == 0 else (), ran, finished, full=False),
-                    counters=counters(len(ran), lanes - len(ran)))
+                    counters=counters(len(ran), lanes - len(ran)),
+                    prompt_tokens=24 * lanes if step == 0 else 0)
         w.event("end", 0.001, status="ok", error=None, steps=steps)
     return path
 

@@ -51,12 +51,12 @@ from inferris_dist.observe.page.data import page_data
 from inferris_dist.observe.page.model import BODY_BUDGET, KNOWN_EVENTS, MAX_REQUEST_LANES, Builder
 from inferris_dist.observe.words import shown
 
-__all__ = ["build_page", "write_page", "read_log", "asset", "MAX_LINE", "MAX_READ", "BODY_BUDGET",
-           "KNOWN_EVENTS", "MAX_REQUEST_LANES"]
+__all__ = ["build_page", "page_html", "write_page", "read_log", "asset", "MAX_LINE", "MAX_READ",
+           "BODY_BUDGET", "KNOWN_EVENTS", "MAX_REQUEST_LANES"]
 
 MAX_LINE = 4 << 20          # a longer line is skipped (read in pieces, never held whole)
 MAX_READ = 1 << 30          # bytes read from one log at most
-ASSETS = ("page.html", "page.css", "page.js")   # package data, beside this module
+ASSETS = ("page.html", "page.css", "page.js", "live.js")   # package data, beside this module
 
 
 def read_log(path: str) -> LogReader:
@@ -107,10 +107,19 @@ def build_page(records: Iterable[dict], title: str | None = None) -> str:
     notes = list(getattr(records, "notes", []) or [])
     run_name = b.run.get("name") if b.run and isinstance(b.run.get("name"), str) else ""
     title = title if title else f"inferris-dist · {run_name or 'wire log'}"
-    data = page_data(b, title, notes)
+    return page_html(page_data(b, title, notes), title)
+
+
+def page_html(data: dict, title: str, live: bool = False) -> str:
+    """The page of the data `page_data` made. `live` (a page served while its run goes on,
+    `launch --serve`): live.js before the page's script, in the same element, and the policy
+    lets it connect to where the page came from (`connect-src 'self'`), for the run's news."""
     markup, style, script = asset("page.html"), asset("page.css"), asset("page.js")
+    if live:
+        script = asset("live.js") + script
+    connect = "'self'" if live else "'none'"
     csp = (f"default-src 'none'; script-src '{_hash(script)}'; style-src '{_hash(style)}'; "
-           f"img-src data:; connect-src 'none'; base-uri 'none'; form-action 'none'")
+           f"img-src data:; connect-src {connect}; base-uri 'none'; form-action 'none'")
     fill = {"CSP": csp, "TITLE": html.escape(shown(title), quote=True), "STYLE": style,
             "SCRIPT": script, "DATA": _embed(data)}
     # one pass: what is put in (a title, the data) is never looked at again

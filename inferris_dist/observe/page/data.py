@@ -131,7 +131,7 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
         a.verdict = verdict
 
     # committed steps: their spans, counters and lines
-    steps, lanes = _steps(b, committed_by_attempt)
+    steps, lanes, lines_over = _steps(b, committed_by_attempt)
     starts: dict[int, float] = {}
     for t, dur, _, step in b.phases:
         if step >= 0 and (step not in starts or t < starts[step]):
@@ -200,7 +200,8 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
             kept = (b.plans if what == "plan bodies" else b.results).kept_to
             notes.append(f"{what} kept up to step {kept} only ({n} more not kept, to bound the page's "
                          f"size): `inferris-dist inspect WIRELOG --step K` prints any step in full")
-    for what, n in list(b.over.items()) + [("events", b.dropped_marks), ("texts", T.dropped)]:
+    for what, n in list(b.over.items()) + [("step lines", lines_over), ("events", b.dropped_marks),
+                                           ("texts", T.dropped)]:
         if n:
             kinds = ", ".join(f"{k} x{c}" for k, c in b.dropped_of.items()) if what == "events" else ""
             notes.append(f"{n} {what} beyond the page's bound are not shown"
@@ -282,12 +283,13 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
     }
 
 
-def _steps(b: Builder, from_attempts: bool) -> tuple[list[Step], Lanes]:
-    """The committed steps in time order, and their request lanes: the step events, or (an
-    older log) the joined attempts, with the plan's request ids as what ran."""
+def _steps(b: Builder, from_attempts: bool) -> tuple[list[Step], Lanes, int]:
+    """The committed steps in time order, their request lanes, and how many step lines were
+    past their budget: the step events, or (an older log) the joined attempts, with the plan's
+    request ids as what ran."""
     if not from_attempts:
         b.lanes.close()
-        return sorted(b.steps, key=lambda s: s.t), b.lanes
+        return sorted(b.steps, key=lambda s: s.t), b.lanes, b.line_budget[1]
     joined = []
     for a in b.attempts:
         if a.verdict == "joined" and len(joined) < MAX_STEPS:
@@ -300,12 +302,13 @@ def _steps(b: Builder, from_attempts: bool) -> tuple[list[Step], Lanes]:
     joined.sort(key=lambda j: j[0])
     lanes = Lanes()
     steps = []
+    budget = [0, 0]            # its own: the model is left as it was (a live page makes its data often)
     for ordinal, (t, a, ids) in enumerate(joined):
         trace = StepTrace(a.step, [], ids, {}, {}, {}, [], {}, {}, [], {}, {}, {})
-        steps.append(Step(a.step, a.epoch, t, b.line(trace), [None] * len(COUNTERS), ordinal))
+        steps.append(Step(a.step, a.epoch, t, b.line(trace, budget), [None] * len(COUNTERS), ordinal))
         lanes.step(a.step, (), ids, (), (), {})
     lanes.close()
-    return steps, lanes
+    return steps, lanes, budget[1]
 
 
 def _requests(lanes: Lanes, span_of: list[tuple[int, int]], number_of: list[int], trim: bool) -> dict:

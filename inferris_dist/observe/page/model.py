@@ -474,7 +474,7 @@ class Builder:
         self.phases: list[tuple[float, float, int, int]] = []   # start, dur, kind, step
         self.steps: list[Step] = []
         self.lanes = Lanes()                       # the request lanes, from the step events
-        self.line_size = 0                         # characters of step lines kept
+        self.line_budget = [0, 0]                  # characters of step lines kept, lines past LINE_BUDGET
         self.trace_skipped: dict[str, int] = {}    # what the step traces held that the page cannot use
         self.traces_skipped = 0                    # traces that held any of it
         self.idle: list[tuple[int, int, float]] = []
@@ -800,20 +800,23 @@ class Builder:
         else:
             self.lanes.step(step, (), (), (), (), {})
 
-    def line(self, trace: StepTrace | None) -> str:
-        """A step's line ("admit r0  run r0:6 ..."), while the budget for lines lasts."""
+    def line(self, trace: StepTrace | None, budget: list[int] | None = None) -> str:
+        """A step's line ("admit r0  run r0:6 ..."), while the budget for lines lasts (`budget`:
+        [characters spent, lines past it], the model's own by default)."""
         if trace is None:
             return ""
+        if budget is None:
+            budget = self.line_budget
         try:
             line = step_events(trace, PLAIN, 8)[:2000]
         except Exception as e:      # what _trace let through and words cannot say: counted
             what = f"what cannot be said in words ({type(e).__name__})"
             self.trace_skipped[what] = self.trace_skipped.get(what, 0) + 1
             return ""
-        if self.line_size + len(line) > LINE_BUDGET:
-            self._over("step lines")
+        if budget[0] + len(line) > LINE_BUDGET:
+            budget[1] += 1
             return ""
-        self.line_size += len(line)
+        budget[0] += len(line)
         return line
 
     def _ev_idle(self, ev: dict, t: float) -> None:

@@ -4,11 +4,11 @@
 // plan, every rank's result and the join. It uses no library and loads nothing: the page's
 // Content-Security-Policy allows this script by its hash, and no connection at all. Every text
 // from the log is put on the page as text (textContent), never as markup.
-(function () {
+(function page(given) {
 'use strict';
-var D;
+var D = given;                          // a live page's news (live.js), else the page's own data
 try {
-  D = JSON.parse(document.getElementById('data').textContent);
+  if (D === undefined) D = JSON.parse(document.getElementById('data').textContent);
 } catch (err) {
   document.getElementById('run').textContent = 'the page holds no readable data: ' + err;
   return;
@@ -1588,8 +1588,9 @@ window.inferrisPage = Object.freeze({
   stepPoint: stepPoint,
   focusStep: focusStep,
   fit: () => { fit(); draw(); },
-  setView: (a, b) => { v0 = a; v1 = b; clampX(); draw(); },
+  setView: (a, b, y) => { v0 = a; v1 = b; if (y !== undefined) { sy = y; clampY(); } clampX(); draw(); },
   scrollTo: (y) => { sy = y; clampY(); draw(); },
+  select: (k) => showStep(k),
   parseLink: parseLink,
 });
 
@@ -1597,8 +1598,9 @@ header();
 showRun();
 fit();
 resize();
-applyLink();
+if (given === undefined) applyLink();   // a live page drawn again with news keeps its own view
 linkFirst = linkOf();
 linkOn = true;
 document.body.dataset.ready = '1';
+if (window.inferrisLive) window.inferrisLive.rendered(page);   // served live: draw again with news
 })();

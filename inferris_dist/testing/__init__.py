@@ -16,10 +16,20 @@ What each policy promises (docs/faults.md):
 - recompute: the same summary (every request's tokens and how it finished); the steps may
   differ, since a recompute plans the step again from nothing.
 
+`check_history(wire_log, workload=None)` judges a run's wire log afterwards, whatever wrote
+it (inferris_dist.observe.check): every committed step joined from its epoch's results and
+following from its plan, no stale or retired reply taken, and the policy's promise against
+the reference; a `Report` of violations, empty when the history holds.
+
 Lines are SPEC §4 objects: one per step, then `{"summary": [...]}`, or the error object
 where the run failed. `comparable` is how lines compare: an error line by its kind and
 step only (its message is for people). `check_invariants(engine)` asserts the control
 plane's bookkeeping after a committed step (pass it as `check=` to check every step).
+
+The same package draws fault schedules itself and runs them (`inferris-dist chaos`,
+docs/chaos.md): schedules.py draws them from a seed, harness.py runs each on processes with one
+shared worker template and judges it (verdicts.py), exploring.py counts and shards, shrinking.py
+shrinks a break to a reproducer; their names are loaded from here on first use.
 """
 from __future__ import annotations
 
@@ -29,9 +39,32 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from inferris_dist.engine import CACHE, Engine, EngineError, State, Workload, load_workload, trace_dicts
+from inferris_dist.observe.check import check_log as check_history
 
-__all__ = ["InvariantBroken", "Run", "assert_holds", "check_invariants", "comparable", "first_difference",
-           "first_summary_difference", "judge", "reference", "run_on_processes"]
+__all__ = ["InvariantBroken", "Run", "assert_holds", "check_history", "check_invariants", "comparable",
+           "first_difference", "first_summary_difference", "judge", "reference", "run_on_processes",
+           # chaos (docs/chaos.md), loaded on first use
+           "WIRE_LOG_CHECKERS", "Break", "ChaosConfig", "Outcome", "Reference", "Report", "Reproducer",
+           "Schedule", "Session", "Shrunk", "draw_faults", "explore", "fault_kinds", "judge_promise",
+           "judge_run", "merge_reports", "random_workloads", "reference_of", "schedule_at", "shrink",
+           "write_reproducer"]
+
+# Chaos exploration lives in this package's modules, imported when one of its names is first used.
+_CHAOS = {name: module for module, names in (
+    ("harness", ("WIRE_LOG_CHECKERS", "Outcome", "Session")),
+    ("verdicts", ("Break", "Reference", "judge_promise", "judge_run", "reference_of")),
+    ("schedules", ("Schedule", "draw_faults", "fault_kinds", "random_workloads")),
+    ("exploring", ("ChaosConfig", "Report", "explore", "merge_reports", "schedule_at")),
+    ("shrinking", ("Reproducer", "Shrunk", "shrink", "write_reproducer"))) for name in names}
+
+
+def __getattr__(name: str):
+    if name in _CHAOS:
+        import importlib
+        value = getattr(importlib.import_module(f"{__name__}.{_CHAOS[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _shown(text: str) -> str:
@@ -68,7 +101,8 @@ def run_on_processes(workload: Workload | dict | str | Path, faults: Sequence[st
                      check: Callable | None = None, **options) -> Run:
     """Run `workload` on `world_size` worker processes (default: the workload's) with `faults`
     (`RANK:KIND@STEP[+][:ARG]`, see docs/faults.md) under `policy`; `options` are any other
-    `LaunchOptions` fields (step_timeout, max_restarts, rung, audit_every, wire_log, ...).
+    `LaunchOptions` fields (step_timeout, max_restarts, rung, audit_every, wire_log, ...) or
+    `launch`'s engine_class.
     `check(engine)` runs after every committed step (e.g. `check_invariants`). Every worker
     is stopped before this returns; a failure of the run is in the result, not raised (bad
     input still raises, as `launch` does)."""

@@ -1,0 +1,126 @@
+"""What watching a run live costs the step loop: the serving workload under `launch`, plain, with a
+wire log, with `--serve`, and with `--serve` and one page connected to its event stream.
+
+    python examples/bench_serve.py [--requests 300] [--world-size 2] [--costs 0,1] [--repeat 5]
+
+Each mode runs `--repeat` times, the modes interleaved (a noisy machine drifts: an interleaved
+comparison is the fair one). The figure is the scheduler's own time per step, from the run's
+`--metrics` document (`steps.wall_s`: plan, round trips, join, commit), so start-up and the
+server's linger are not in it; the best and the median of the repeats are printed, and each
+mode's best against the plain run's. The connected page is a client that reads the event
+stream (/events) as the page does, decoding every message (its drawing is not done: the
+browser's own work would run in another process, as this client does). Every run's trace is
+checked against the plain run's: the figures are of runs that printed the same bytes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from serving import serving_workload  # examples/serving.py, beside this script
+
+CLI = Path(sys.executable).with_name("inferris-dist")
+MODES = ("plain", "wire log", "serve", "serve + page")
+
+
+def reader(url: str, stop: threading.Event, got: list) -> None:
+    """A page's part: the event stream read and every message decoded, until the run ends."""
+    host, port = re.match(r"http://([^:/]+):(\d+)/", url).groups()
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        buf = b""
+        while not stop.is_set():
+            try:
+                chunk = s.recv(1 << 20)
+            except socket.timeout:
+                continue
+            if not chunk:
+                return
+            buf += chunk
+            while b"\n\n" in buf:
+                message, buf = buf.split(b"\n\n", 1)
+                for line in message.split(b"\n"):
+                    if line.startswith(b"data: "):
+                        news = json.loads(line[6:])
+                        got.append(len(line))
+                        if news["live"]["ended"]:
+                            return
+
+
+def one_run(spec: Path, mode: str, cost: str, tmp: Path) -> tuple[float, int, list[str], int]:
+    """(seconds per step, steps, the trace's lines, event messages a page took)."""
+    metrics = tmp / "m.json"
+    args = [str(CLI), "launch", "--spec", str(spec), "--exec-cost", cost, "--json", "--metrics", str(metrics)]
+    if mode == "wire log":
+        args += ["--wire-log", str(tmp / "w.log")]
+    if mode.startswith("serve"):
+        args += ["--serve", "127.0.0.1:0"]
+    proc = subprocess.Popen(args, stdout=open(tmp / "out.jsonl", "w"), stderr=subprocess.PIPE, text=True)
+    got: list = []
+    stop = threading.Event()
+    page = None
+    if mode.startswith("serve"):
+        line = proc.stderr.readline()
+        url = line.split(" at ", 1)[1].split(" ", 1)[0]
+        if mode == "serve + page":
+            page = threading.Thread(target=reader, args=(url, stop, got), daemon=True)
+            page.start()
+    proc.stderr.read()
+    if proc.wait() != 0:
+        raise SystemExit(f"{mode}: launch failed")
+    stop.set()
+    if page is not None:
+        page.join(10)
+    wall = json.loads(metrics.read_text())["steps"]["wall_s"]
+    lines = (tmp / "out.jsonl").read_text().splitlines()
+    return sum(wall) / len(wall), len(wall), lines, len(got)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--costs", default="0,1", help="exec costs in ms per step, comma-separated")
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        spec = tmp / "w.json"
+        spec.write_text(json.dumps(serving_workload(args.requests, world_size=args.world_size)))
+        print(f"serving workload: {args.requests} requests, world size {args.world_size}, "
+              f"{os.cpu_count()} cores, best and median of {args.repeat} interleaved runs")
+        for cost in args.costs.split(","):
+            cost_flag = f"{float(cost)}ms"
+            times: dict[str, list[float]] = {m: [] for m in MODES}
+            reference, messages, steps = None, [], 0
+            for _ in range(args.repeat):
+                for mode in MODES:
+                    per_step, steps, lines, got = one_run(spec, mode, cost_flag, tmp)
+                    if reference is None:
+                        reference = lines
+                    elif lines != reference:
+                        raise SystemExit(f"{mode}: the trace differs from the plain run's")
+                    times[mode].append(per_step)
+                    if mode == "serve + page":
+                        messages.append(got)
+            print(f"exec cost {cost_flag}: {steps} steps; the page took {statistics.median(messages):.0f} "
+                  f"messages a run")
+            best_plain = min(times["plain"])
+            for mode in MODES:
+                best, median = min(times[mode]), statistics.median(times[mode])
+                print(f"  {mode:<13} {best * 1e6:8.0f} us/step best  {median * 1e6:8.0f} median  "
+                      f"{best / best_plain:5.3f}x plain")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""`inferris-dist check WIRELOG [--spec FILE] [--json]`: a recorded run judged afterwards.
+
+The checks are `inferris_dist.observe.check`'s (its docstring says each one, and what a log
+cannot show): every committed step joined from one RESULT of each rank of its epoch, all
+agreeing, each answering a PLAN sent to that rank; epochs only forward, no reply of another
+epoch or of a retired member taken; each step's trace following from its plan and its
+joined result; the end recorded last; and, with the workload (recorded in the log's run
+event, or given with --spec and checked to be the run's by its digest), the policy's promise
+against the reference engine.
+
+Output: a clean log is one line saying what was checked, exit status 0. A log with
+violations: one line per violation, naming the line of the log, the step, the epoch and the
+rank where known, then one line counting them; exit status 1. Bad input (no such file, not a
+wire log, a malformed record, a --spec that is not the run's workload): one line on standard
+error, exit status 2.
+
+--json: one JSON object, and nothing else on standard output:
+  {"log": NAME, "ok": true|false,
+   "violations": [{"line": N or null, "step": S or null, "epoch": E or null, "rank": R or null,
+                   "what": TEXT}, ...],           the first 1000; "more_violations" counts the rest
+   "more_violations": N,
+   "checked": {"records": N, "steps": N, "committed": N, "idle": N, "attempts": N, "epochs": N,
+               "ranks": N, "results": N, "dropped": N, "rung": RUNG, "policy": POLICY,
+               "end": "ok"|"failed"|null, "workload": "recorded"|"given"|null,
+               "reference": "traces"|"summaries"|"prefix"|null, "why_not": TEXT or null,
+               "cut_short": N or null}}
+  "steps": steps run (committed and idle); "results": RESULTs taken; "dropped": replies the
+  log marks dropped; "reference": what was compared with the reference engine (the trace;
+  recompute's summary; a failed run's steps before its failure), null when nothing was
+  ("why_not" says why); "cut_short": the number of the last line, left out if cut short.
+"""
+from __future__ import annotations
+
+import json
+from typing import TextIO
+
+from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK
+from inferris_dist.cli.render import shown
+from inferris_dist.engine import WorkloadError
+from inferris_dist.observe.check import NotTheRunsWorkload, check_log
+
+JSON_HELP = __doc__[__doc__.index("--json:"):]      # the shape, for `check --help`
+
+
+def run_check(path: str, spec: str | None, out: TextIO, as_json: bool = False) -> int:
+    workload = None
+    if spec is not None:
+        from inferris_dist.cli.workload_source import workload_from_flags
+        workload, _ = workload_from_flags(spec, None, {})
+    try:
+        report = check_log(path, workload)
+    except NotTheRunsWorkload as e:
+        raise WorkloadError(f"check {shown(path)}: --spec {shown(spec)} is not this run's workload (its "
+                            f"digest {e.given[:19]}..., the log's {shown(e.recorded)[:19]}...)") from None
+    if as_json:
+        out.write(json.dumps(report.to_json()) + "\n")
+    else:
+        out.write("".join(line + "\n" for line in report.lines()))
+    return EXIT_OK if report.ok else EXIT_FAILED

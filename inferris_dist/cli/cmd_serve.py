@@ -1,0 +1,217 @@
+"""`inferris-dist serve WIRELOG` and `launch --serve`: a run watched as it runs.
+
+`serve` follows a wire log as it is written (as `tail -f` does), from any run (`launch
+--wire-log`, the library's `wire_log=`), until its end record, and serves the live page,
+/metrics, /health and /status (observe/live/server.py). After the end it says so and keeps
+serving, until Ctrl-C or `--serve-linger` seconds.
+
+`launch --serve [HOST:]PORT` binds the address before any worker starts (a bad value, a
+port in use: one line, exit 2), writes the run's wire log (to a private file in a run
+directory of its own when no --wire-log is given: removed after, or swept by the next run
+if this one is killed), and starts `serve` on that log in a process of its own, handing it
+the bound socket. The step loop gains nothing but the log it writes anyway; the server
+shares no interpreter (no lock, no thread) with it. The server stops when the run has
+ended and every open page has been told so, or `--serve-linger` seconds after; it dies
+with the scheduler if that is killed.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from inferris_dist.cli.args import EXIT_OK
+from inferris_dist.engine import WorkloadError
+from inferris_dist.observe.words import shown
+
+PR_SET_PDEATHSIG = 1
+LAUNCH_LINGER = 0.0          # launch: the server stops as the run ends (its pages told first)
+END_SECONDS = 5.0            # the wait for the last message to reach the open pages
+NICE = 10                    # launch's server: an observer, scheduled after the run's processes
+
+
+def listening_socket(value: str, flag: str = "--serve") -> socket.socket:
+    """The socket `value` ([HOST:]PORT) names, bound and listening, or bad input."""
+    from inferris_dist.observe.live.server import AddressError, bind, parse_address
+    try:
+        host, port = parse_address(value, flag)
+    except AddressError as e:
+        raise WorkloadError(str(e)) from None
+    try:
+        return bind(host, port)
+    except OSError as e:
+        raise WorkloadError(f"{flag} {value}: cannot listen there: {e.strerror or e}") from None
+
+
+def announce(sock: socket.socket, what: str, linger: float | None) -> None:
+    """Where the server is (stderr: --json stays clean), and a warning when it is reachable
+    from elsewhere: nothing authenticates the page or /metrics."""
+    from inferris_dist.observe.live.server import is_loopback, url_of
+    url = url_of(sock)
+    after = ("it stops when the run has ended" if not linger else
+             f"it stays {linger:g} s after the run ends") if linger is not None else \
+        "it stays after the run ends, until Ctrl-C"
+    sys.stderr.write(f"inferris-dist: serving {what} at {url} (the live page; also /metrics, /health, "
+                     f"/status, /page.html); {after}\n")
+    host = sock.getsockname()[0]
+    if not is_loopback(host):
+        sys.stderr.write(f"inferris-dist: warning: {url} is reachable from other machines, and nothing "
+                         f"authenticates the page, /metrics or /status: whoever reaches it sees the run\n")
+    sys.stderr.flush()
+
+
+def run_serve(args) -> int:
+    """`inferris-dist serve WIRELOG` (and, with --fd, the server of a `launch --serve`)."""
+    from inferris_dist.observe.live.server import LiveServer, follow, is_loopback
+    from inferris_dist.observe.live.state import LiveState
+    from inferris_dist.observe.logread import LogFollower
+    from inferris_dist.observe.page import build_page, read_log
+    child = args.fd is not None
+    if child:
+        _die_with(args.parent)
+        try:
+            os.nice(NICE)        # the run's own processes come first when the cores are busy
+        except OSError:
+            pass
+        sock = socket.socket(fileno=args.fd)
+    else:
+        sock = listening_socket(args.address, "--address")
+    try:
+        follower = LogFollower(args.wirelog, "serve")
+    except BaseException:
+        sock.close()
+        raise
+    title = args.title or None
+    state = LiveState(title)
+    path = args.wirelog
+    server = LiveServer(sock, state, lambda: build_page(read_log(path), title),
+                        loopback=is_loopback(sock.getsockname()[0]))
+    linger = args.serve_linger
+    stop = threading.Event()
+    server.start()
+    try:
+        if not child:
+            announce(sock, f"{shown(path)}", linger)
+        parent = args.parent
+        alive = (lambda: os.getppid() == parent) if parent is not None else (lambda: True)
+        ended = _follow(follower, state, stop, alive, follow)
+        if not ended and not child:
+            sys.stderr.write(f"inferris-dist serve: stopped following {shown(path)}: "
+                             f"{state.follow_error or 'the writer is gone'}\n")
+        deadline = time.monotonic() + END_SECONDS
+        while ended and not server.ended_and_told() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if ended and not child:
+            status = state.status_json()
+            how = "ended (ok)" if status["status"] == "ok" else f"failed: {status['error']}"
+            more = "serving until Ctrl-C" if linger is None else f"serving {linger:g} s more"
+            sys.stderr.write(f"inferris-dist serve: the run {how}, {status['steps']} steps; {more}\n")
+            sys.stderr.flush()
+        if linger is None:
+            while True:
+                time.sleep(3600)
+        if linger > 0:
+            time.sleep(linger)
+        server.stop(drain=END_SECONDS)
+    finally:
+        stop.set()
+        server.stop()
+        follower.close()
+    return EXIT_OK
+
+
+def _follow(follower, state, stop, alive, follow) -> bool:
+    """The log's records until its end; a file whose first line is no record is not a log."""
+    first = follower.poll()
+    while not first and not follower.skipped and alive():
+        if stop.wait(0.05):
+            return False
+        first = follower.poll()
+    if not first and follower.skipped:
+        raise WorkloadError(f"serve {follower.name}: not a wire log (its first line is no wire message "
+                            f"or event)")
+    state.add(first)
+    if state.ended:
+        return True
+    return follow(follower, state, stop, alive)
+
+
+def _die_with(parent: int | None) -> None:
+    """The server of a launch dies with it (the kernel's parent-death signal; and if the
+    launch is already gone, now)."""
+    if parent is None:
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class LaunchServer:
+    """`launch --serve`: the socket bound at once (bad input before any worker starts), the
+    server started on the run's wire log once it is open, stopped when the run is over."""
+
+    def __init__(self, value: str | None, linger: float):
+        self.value = value
+        self.linger = linger
+        self.sock = listening_socket(value) if value is not None else None
+        self.proc: subprocess.Popen | None = None
+        self.run_dir = None
+        self.log_ok = False          # the run's wire log was written whole (its end record too)
+
+    @property
+    def wanted(self) -> bool:
+        return self.sock is not None
+
+    def private_log(self) -> str:
+        """A wire log of our own, in a private run directory (swept if we are killed)."""
+        from inferris_dist.launcher import make_run_dir
+        self.run_dir = make_run_dir()
+        return str(self.run_dir / "wire.jsonl")
+
+    def start(self, wire_log: str, title: str) -> None:
+        fd = self.sock.fileno()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "inferris_dist.cli", "serve", wire_log, "--fd", str(fd),
+             "--parent", str(os.getpid()), "--serve-linger", repr(float(self.linger)), "--title", title],
+            pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+        announce(self.sock, "the run", self.linger)
+        self.sock.close()           # the server holds it now
+
+    def finish(self, log_ok: bool) -> None:
+        """After the run (its log closed): the server says the end to its pages, lingers as
+        asked, and stops; a log that broke has no end to wait for."""
+        if self.proc is not None:
+            if log_ok and self.linger:
+                sys.stderr.write(f"inferris-dist: the run is over; the server stays {self.linger:g} s "
+                                 f"(--serve-linger)\n")
+                sys.stderr.flush()
+            try:
+                self.proc.wait(timeout=(self.linger + 2 * END_SECONDS + 2) if log_ok else 0.01)
+            except subprocess.TimeoutExpired:
+                pass
+        self.close()
+
+    def close(self) -> None:
+        """Whatever happened: the server stopped (SIGTERM, then SIGKILL), the private log gone."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=3)
+        if self.sock is not None:
+            self.sock.close()
+        if self.run_dir is not None:
+            from inferris_dist.launcher import remove_run_dir
+            remove_run_dir(self.run_dir)
+            self.run_dir = None

@@ -1,0 +1,1 @@
+"""Watching a run as it runs."""

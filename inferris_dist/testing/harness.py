@@ -1,0 +1,219 @@
+"""Running chaos schedules on real processes, one after another, and judging each run.
+
+A `Session` keeps what one run can lend the next: the process it runs in, one worker template
+(every run forks its workers from it instead of starting a template of its own: the template's
+start and stop are most of a short run's fixed cost), the in-process reference of each workload
+and rung, and a private directory for the wire logs. Everything else is a run's own, as a
+`launch` makes it: its socket, its run directory, its workers, its epoch.
+
+After each run the session looks for what the run may have left: every worker it started must
+be gone (`Run.pids`), and no run directory of this process other than the template's may be
+left in the temp directory. The wire log of every run is written to a file and handed to each
+of `checkers` (by default WIRE_LOG_CHECKERS, below).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from inferris_dist.engine import Workload, WorkloadError
+from inferris_dist.launcher import Template, make_run_dir, remove_run_dir
+from inferris_dist.launcher.rundir import PREFIX, short_roots
+from inferris_dist.testing import Run, run_on_processes
+from inferris_dist.testing.schedules import Schedule, workload_key
+from inferris_dist.testing.verdicts import (
+    Break,
+    Reference,
+    fired_faults,
+    judge_run,
+    log_is_complete,
+    reference_of,
+)
+
+
+# -- the wire-log checkers ----------------------------------------------------------------------
+# The one place every run's wire log (a file of JSON lines, docs/observing.md) is handed to
+# checkers: each is called with the log's path and returns a list of violations (anything with a
+# str(); empty when the log is fine), and the first violation of the first checker that finds one
+# is the run's break: the log is whole, and it passes the history checker (`inferris-dist check`).
+def history(path: Path) -> list:
+    from inferris_dist.observe.check import check_log
+    return check_log(path).violations
+
+
+WIRE_LOG_CHECKERS: list[Callable[[Path], list]] = [log_is_complete, history]
+
+DEFAULT_STEP_TIMEOUT = 0.25   # a rank lost after this long: short, since a hang waits all of it out
+LEFT_WITHIN = 2.0        # seconds a run's workers may take to be gone once the run has returned
+WORKER_MODULE = "inferris_dist.rank.cli"
+
+
+@dataclass
+class Outcome:
+    """One run on processes, judged."""
+    schedule: Schedule
+    run: Run | None                    # None: the run raised (its break says what)
+    brk: Break | None                  # None: it held
+    fired: list[str] = field(default_factory=list)    # the kinds of the faults that fired
+    seconds: float = 0.0
+    wire_log: Path | None = None       # kept only when the run broke
+
+    @property
+    def held(self) -> bool:
+        return self.brk is None
+
+
+class Session:
+    """Runs on processes with what can be shared between runs kept for the next (see above).
+    A context manager: on the way out the template is stopped and every directory removed."""
+
+    def __init__(self, *, step_timeout: float = DEFAULT_STEP_TIMEOUT, max_restarts: int = 3,
+                 checkers: Sequence[Callable[[Path], list]] | None = None, engine_class: type | None = None,
+                 share_template: bool = True, left_within: float = LEFT_WITHIN, exec_cost=None):
+        self.step_timeout = step_timeout
+        self.max_restarts = max_restarts
+        # the list itself, not a copy: a checker added to WIRE_LOG_CHECKERS later is used too
+        self.checkers = WIRE_LOG_CHECKERS if checkers is None else list(checkers)
+        self.engine_class = engine_class
+        self.share_template = share_template
+        self.left_within = left_within
+        self.exec_cost = exec_cost
+        self.template: Template | None = None
+        self.template_dir: Path | None = None
+        self.template_pids: list[int] = []          # every template this session started
+        self.logs: Path | None = None
+        self.references: dict[tuple[str, str], Reference] = {}
+        self.runs = 0
+
+    def __enter__(self) -> "Session":
+        self.logs = Path(tempfile.mkdtemp(prefix=f"inferris-chaos-{os.getpid()}-"))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.template is not None:
+            self.template.close()
+            self.template = None
+        if self.template_dir is not None:
+            remove_run_dir(self.template_dir)
+            self.template_dir = None
+        if self.logs is not None:
+            shutil.rmtree(self.logs, ignore_errors=True)
+            self.logs = None
+
+    # -- what is shared -----------------------------------------------------------------------
+
+    def reference(self, workload: Workload, rung: str) -> Reference:
+        """The in-process run of `workload` at `rung`, computed once."""
+        key = (workload_key(workload), rung)
+        if key not in self.references:
+            self.references[key] = reference_of(workload, rung)
+        return self.references[key]
+
+    def shared_template(self) -> Template | None:
+        if not self.share_template:
+            return None
+        if self.template is not None and not self.template.alive():
+            self.template.close()            # gone (killed from outside): start another
+            self.template = None
+        if self.template is None:
+            if self.template_dir is None:
+                self.template_dir = make_run_dir()
+            template = Template(WORKER_MODULE, self.template_dir)
+            try:
+                template.start()
+            except OSError:
+                template.close()
+                return None                  # each run starts its own, as launch does
+            self.template = template
+            self.template_pids.append(template.pid)
+        return self.template
+
+    # -- one run --------------------------------------------------------------------------------
+
+    def run(self, workload: Workload, schedule: Schedule, *, max_restarts: int | None = None) -> Outcome:
+        """Run `schedule` (its faults, policy, rung and world size) on `workload`; judged."""
+        if self.logs is None:
+            self.__enter__()
+        reference = self.reference(workload, schedule.rung)
+        workload = workload.with_config(world_size=schedule.world_size)
+        self.runs += 1
+        log = self.logs / f"run-{self.runs}.wire.jsonl"
+        options = dict(step_timeout=self.step_timeout, rung=schedule.rung, wire_log=str(log),
+                       max_restarts=self.max_restarts if max_restarts is None else max_restarts,
+                       name=schedule.workload)
+        template = self.shared_template()
+        if template is not None:
+            options["template"] = template
+        if self.exec_cost is not None:
+            options["exec_cost"] = self.exec_cost
+        if self.engine_class is not None:
+            options["engine_class"] = self.engine_class
+        started = time.monotonic()
+        try:
+            run = run_on_processes(workload, schedule.faults, schedule.policy,
+                                   world_size=schedule.world_size, **options)
+        except WorkloadError:
+            raise                                  # bad input is the caller's, not a finding
+        except Exception as e:                     # an internal error of the product is one
+            outcome = Outcome(schedule, None, Break("crashed", f"{type(e).__name__}: {e}"), [],
+                              time.monotonic() - started, log if log.exists() else None)
+            return outcome
+        seconds = time.monotonic() - started
+        left = still_running(run.pids, self.left_within)
+        dirs = run_dirs_left({self.template_dir} if self.template_dir is not None else set())
+        brk = judge_run(reference, run, schedule.faults, schedule.policy, wire_log=log,
+                        checkers=self.checkers, left_running=left, run_dirs_left=dirs)
+        fired = [f.kind for f in fired_faults(schedule.faults, run)]
+        if brk is None:
+            log.unlink(missing_ok=True)
+        return Outcome(schedule, run, brk, fired, seconds, None if brk is None else log)
+
+
+def still_running(pids: Sequence[int], within: float) -> list[int]:
+    """Those of `pids` still running after `within` seconds (a zombie is gone)."""
+    deadline = time.monotonic() + within
+    while True:
+        left = [p for p in pids if not gone(p)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.01)
+
+
+def gone(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+    return status.rsplit(")", 1)[-1].split()[:1] in (["Z"], ["X"])
+
+
+def run_dirs_left(keep: set) -> list[str]:
+    """Run directories of this process in the temp directory (and the short socket roots), but
+    those in `keep`: a run that ended must have removed its own."""
+    mine = re.compile(rf"^{re.escape(PREFIX)}{os.getpid()}-")
+    keep = {str(k) for k in keep}
+    out = []
+    for root in dict.fromkeys([tempfile.gettempdir(), *short_roots()]):
+        try:
+            entries = list(os.scandir(root))
+        except OSError:
+            continue
+        out += [e.path for e in entries if mine.match(e.name) and e.path not in keep]
+    return out
