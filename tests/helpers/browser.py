@@ -188,9 +188,9 @@ class Browser:
 
     # -- what the tests do
 
-    def open(self, path: str | Path, timeout: float | None = None) -> None:
-        """Navigate to a local file and wait for its load event."""
-        url = Path(path).resolve().as_uri()
+    def open(self, path: str | Path, timeout: float | None = None, fragment: str = "") -> None:
+        """Navigate to a local file (and a `fragment` in it: "step=3") and wait for its load event."""
+        url = Path(path).resolve().as_uri() + (f"#{fragment}" if fragment else "")
         self.events.clear()
         reply = self.send("Page.navigate", {"url": url})
         if reply.get("errorText"):

@@ -11,31 +11,31 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field
+import operator
 
 from inferris_dist.engine import StepTrace
 from inferris_dist.observe.page.model import (
     COUNTERS,
-    LINE_BUDGET,
+    LANE_SEGMENTS,
     MARKS,
     MAX_RANK,
-    MAX_REQUEST_LANES,
     MAX_STEPS,
     MAX_TEXT,
     PLAN_KEYS,
-    PREEMPTED,
     RESULT_KEYS,
     RUNNING,
+    SEGMENT_BUDGET,
     TIME_LIMIT,
-    WAITING,
     Builder,
+    Lanes,
     Step,
     clean,
     error_text,
     is_int,
+    runs,
     say,
 )
-from inferris_dist.observe.words import PLAIN, shown, step_events
+from inferris_dist.observe.words import shown
 
 
 class _Clock:
@@ -131,7 +131,7 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
         a.verdict = verdict
 
     # committed steps: their spans, counters and lines
-    steps = _steps(b, committed_by_attempt)
+    steps, lanes, lines_over = _steps(b, committed_by_attempt)
     starts: dict[int, float] = {}
     for t, dur, _, step in b.phases:
         if step >= 0 and (step not in starts or t < starts[step]):
@@ -142,10 +142,11 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
             starts[a.step] = s
     col: dict[str, list] = {"step": [], "epoch": [], "a": [], "b": [], "line": []}
     counters: dict[str, list] = {k: [] for k in COUNTERS}
-    line_size = 0
-    lines_dropped = 0
     prev_end = origin
     spans: list[tuple[float, float]] = []
+    # by ordinal (the order the steps came in, the request lanes' index): span and number
+    span_of: list[tuple[int, int]] = [(0, 0)] * len(steps)
+    number_of: list[int] = [0] * len(steps)
     for st in steps:
         start = min(starts.get(st.step, st.t), st.t)
         if start < prev_end and st.step not in starts:
@@ -156,18 +157,15 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
         col["epoch"].append(st.epoch)
         col["a"].append(us(start))
         col["b"].append(us(st.t))
-        line = step_events(st.trace, PLAIN, 8) if st.trace is not None else ""
-        if line_size + len(line) > LINE_BUDGET:
-            lines_dropped += 1
-            line = ""
-        line_size += len(line)
-        col["line"].append(line[:2000])
+        col["line"].append(st.line)
         for k, v in zip(COUNTERS, st.counters):
             counters[k].append(v)
+        span_of[st.ordinal] = (us(start), us(st.t))
+        number_of[st.ordinal] = st.step
     if not b.has_step_events:
         counters = {}
 
-    requests = _requests(steps, spans, b, us)
+    requests = _requests(lanes, span_of, number_of, trim=not b.has_step_events)
 
     members = [[rank, epoch, pid, T(host) if host else -1, us(t)] for t, rank, epoch, pid, host in
                sorted(b.members, key=lambda m: m[0])]
@@ -202,16 +200,25 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
             kept = (b.plans if what == "plan bodies" else b.results).kept_to
             notes.append(f"{what} kept up to step {kept} only ({n} more not kept, to bound the page's "
                          f"size): `inferris-dist inspect WIRELOG --step K` prints any step in full")
-    for n, what in ((b.dropped_attempts, "attempts"), (b.dropped_round_trips, "round trips"),
-                    (b.dropped_steps, "committed steps"), (b.dropped_phases, "scheduler phases"),
-                    (b.dropped_marks, "events"), (lines_dropped, "step lines"), (T.dropped, "texts")):
+    for what, n in list(b.over.items()) + [("step lines", lines_over), ("events", b.dropped_marks),
+                                           ("texts", T.dropped)]:
         if n:
             kinds = ", ".join(f"{k} x{c}" for k, c in b.dropped_of.items()) if what == "events" else ""
             notes.append(f"{n} {what} beyond the page's bound are not shown"
                          + (f" ({kinds})" if kinds else ""))
+    if b.traces_skipped:
+        said = ", ".join(f"{what} x{n}" for what, n in list(b.trace_skipped.items())[:8])
+        notes.append(f"{b.traces_skipped} step trace(s) held what the page cannot use, left out of their "
+                     f"lines and request lanes: {said}")
+    if requests["coarse"]:
+        notes.append(f"{requests['coarse']} request lane(s) changed state more often than their share of "
+                     f"the page's budget for lanes ({SEGMENT_BUDGET} segments in all) allows: "
+                     f"{requests['changes']} segments drawn as {requests['segments']}, each stretch of up "
+                     f"to {requests['coarsest']} steps in which a lane changed state as one \"changing\" "
+                     f"segment")
     if requests["more"]:
-        notes.append(f"{requests['total']} requests: lanes for the first {len(requests['ids'])} "
-                     f"(the counter tracks count them all)")
+        notes.append(f"{'more than ' if not requests['counted_all'] else ''}{requests['total']} requests: "
+                     f"lanes for the first {len(requests['ids'])} (the counter tracks count them all)")
     if len(ranks) > len(ranks_list):
         notes.append(f"{len(ranks)} ranks in the log: the first {len(ranks_list)} have lanes")
     if b.malformed:
@@ -248,97 +255,100 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
     lo = min([0] + [a[2] for a in attempts] + [m[1] for m in marks])
     hi = max([1] + [a[3] for a in attempts] + [m[1] + m[2] for m in marks] + col["b"]
              + [us(t + d) for t, d, _, _ in phases])
+    # what "fit" shows: the run's steps (their attempts, and what befell them), not the start-up
+    # before the first plan nor the stopping after the last step
+    ran = [a[2] for a in attempts] + col["a"]
+    during = {MARKS.index(k) for k in ("lost", "restart", "step-failed", "rejoin-wait", "partition",
+                                       "audit", "audit-failed", "link")}
+    fit = [lo, hi]
+    if ran:
+        first = min(ran)
+        fit = [first, max([a[3] for a in attempts] + col["b"]
+                          + [m[1] + m[2] for m in marks if m[0] in during and m[1] >= first])]
+        if fit[1] <= fit[0]:
+            fit = [lo, hi]
     return {
         "v": 1, "title": shown(title), "meta": meta, "notes": notes, "strs": T.texts,
-        "span": [lo, hi], "ranks": ranks_list, "phases": [[k, s, us(t), int(round(d * 1e6))]
+        "span": [lo, hi], "fit": fit, "ranks": ranks_list, "phases": [[k, s, us(t), int(round(d * 1e6))]
                                                           for t, d, k, s in phases],
         "attempts": attempts, "plans": b.plans.rows, "results": b.results.rows,
         "plan_keys": list(PLAN_KEYS), "result_keys": list(RESULT_KEYS),
         "steps": col, "counters": counters, "requests": requests, "marks": marks, "mark_kinds": list(MARKS),
         "members": members, "handshakes": [[r, us(a), us(z)] for r, a, z in b.handshakes],
         "audits": [[r, us(a), us(z), n, s] for r, a, z, n, s in b.audits], "idle": idle,
+        # where each epoch began (the restarts), in time order
+        "epochs": [[us(t), e] for t, e in sorted(b.epochs)],
         # from the run's first record to its first plan: the ranks being started and joining
         "startup": [0, min(a[2] for a in attempts)] if b.run is not None and attempts else None,
     }
 
 
-def _steps(b: Builder, from_attempts: bool) -> list[Step]:
-    """The committed steps in order: the step events, or (an older log) the joined attempts,
-    with the plan's request ids as what ran."""
+def _steps(b: Builder, from_attempts: bool) -> tuple[list[Step], Lanes, int]:
+    """The committed steps in time order, their request lanes, and how many step lines were
+    past their budget: the step events, or (an older log) the joined attempts, with the plan's
+    request ids as what ran."""
     if not from_attempts:
-        return sorted(b.steps, key=lambda s: s.t)
-    steps = []
+        b.lanes.close()
+        return sorted(b.steps, key=lambda s: s.t), b.lanes, b.line_budget[1]
+    joined = []
     for a in b.attempts:
-        if a.verdict == "joined" and len(steps) < MAX_STEPS:
+        if a.verdict == "joined" and len(joined) < MAX_STEPS:
             ends = [rt.back for rt in a.ranks.values() if rt.back is not None]
             t = a.end if a.end is not None else (max(ends) if ends else a.start() or 0.0)
             body = a.plan_body if isinstance(a.plan_body, list) else []
             ids = list(dict.fromkeys(x.get("request_id") for x in body
                                      if isinstance(x, dict) and isinstance(x.get("request_id"), str)))
-            trace = StepTrace(a.step, [], ids, {}, {}, {}, [], {}, {}, [], {}, {}, {})
-            steps.append(Step(a.step, a.epoch, t, trace, [None] * len(COUNTERS)))
-    return sorted(steps, key=lambda s: s.t)
+            joined.append((t, a, ids))
+    joined.sort(key=lambda j: j[0])
+    lanes = Lanes()
+    steps = []
+    budget = [0, 0]            # its own: the model is left as it was (a live page makes its data often)
+    for ordinal, (t, a, ids) in enumerate(joined):
+        trace = StepTrace(a.step, [], ids, {}, {}, {}, [], {}, {}, [], {}, {}, {})
+        steps.append(Step(a.step, a.epoch, t, b.line(trace, budget), [None] * len(COUNTERS), ordinal))
+        lanes.step(a.step, (), ids, (), (), {})
+    lanes.close()
+    return steps, lanes, budget[1]
 
 
-@dataclass
-class _Lane:
-    index: int
-    admitted: int
-    cursor: float
-    segs: list = field(default_factory=list)      # flat: state, from, to, ...
-    state: int = WAITING
-    finished: int = -1
-    reason: str = ""
-    ran: int = 0
-    preemptions: int = 0
-    last_run: int = -1
-
-
-def _requests(steps: list[Step], spans: list[tuple[float, float]], b: Builder, us) -> dict:
+def _requests(lanes: Lanes, span_of: list[tuple[int, int]], number_of: list[int], trim: bool) -> dict:
     """A lane per request (the first MAX_REQUEST_LANES): waiting, running, preempted, as the
-    committed steps say, and where it finished."""
-    lanes: dict[str, _Lane] = {}
-    active: dict[str, _Lane] = {}
-    others: set[str] = set()
-    for st, (start, end) in zip(steps, spans):
-        tr = st.trace
-        if tr is None:
-            continue
-        ran = set(tr.scheduled) | set(tr.executed)
-        preempted = set(tr.preempted)
-        for rid in list(tr.admitted) + list(tr.scheduled):
-            if rid in lanes or rid in others:
-                continue
-            if len(lanes) < MAX_REQUEST_LANES:
-                lanes[rid] = active[rid] = _Lane(len(lanes), st.step, start)
-            elif len(others) < 1_000_000:
-                others.add(rid)
-        for rid, lane in list(active.items()):
-            if rid in preempted:
-                state = PREEMPTED
-                lane.preemptions += 1
-            elif rid in ran:
-                state = RUNNING
-                lane.ran += 1
-                lane.last_run = len(lane.segs)
-            else:
-                state = PREEMPTED if lane.state == PREEMPTED else WAITING
-            seg = lane.segs
-            if seg and seg[-3] == state and seg[-1] == us(lane.cursor):
-                seg[-1] = us(end)
-            else:
-                seg += [state, us(lane.cursor), us(end)]
-            lane.state, lane.cursor = state, end
-            if rid in tr.finished:
-                lane.finished, lane.reason = st.step, tr.finished[rid]
-                del active[rid]
-    if not b.has_step_events:           # an older log: nothing says when a request finished
-        for lane in lanes.values():
-            if lane.last_run >= 0:
-                del lane.segs[lane.last_run + 3:]
-    ids = list(lanes)
-    return {"ids": [shown(r[:MAX_TEXT]) for r in ids],
-            "lanes": [lanes[r].segs for r in ids],
-            "info": [[lanes[r].admitted, lanes[r].finished, shown(lanes[r].reason[:40]), lanes[r].ran,
-                      lanes[r].preemptions] for r in ids],
-            "total": len(lanes) + len(others), "more": len(others)}
+    committed steps say, and where it finished; each lane as its first time and then, per
+    segment, its state and how long it lasted (microseconds): [t0, state, dur, state, dur, ...].
+    Each lane has its share of SEGMENT_BUDGET: a lane that changed state more often is kept at a
+    coarser resolution, a stretch of steps in which it changed being one CHANGING segment.
+    `trim` (an older log, where nothing says when a request finished): each lane ends with the
+    last step it ran in."""
+    n = len(lanes.ids)
+    cap = min(LANE_SEGMENTS, max(2, SEGMENT_BUDGET // max(1, n)))
+    out, info = [], []
+    changes = kept = coarse = coarsest = 0
+    for i in range(n):
+        states = bytes(lanes.states[i])
+        if trim:
+            states = states[:states.rfind(RUNNING) + 1]
+        first = lanes.first[i]
+        segs, q = runs(states, cap)
+        if q > 1:
+            coarse += 1
+            coarsest = max(coarsest, q)
+            changes += sum(map(operator.ne, states[1:], states)) + 1
+        else:
+            changes += len(segs)
+        kept += len(segs)
+        lane: list[int] = []
+        if segs:
+            t = span_of[first][0]
+            lane.append(t)
+            for state, a, z in segs:
+                end = max(t, span_of[first + z - 1][1])
+                lane += [state, end - t]
+                t = end
+        out.append(lane)
+        admitted = number_of[first] if first < len(number_of) else -1
+        info.append([admitted, lanes.finished[i], shown(lanes.reason[i][:40]), states.count(RUNNING),
+                     lanes.preemptions[i]] + ([q] if q > 1 else []))
+    more = lanes.total - n
+    return {"ids": [shown(r[:MAX_TEXT]) for r in lanes.ids], "lanes": out, "info": info,
+            "total": lanes.total, "more": more, "counted_all": not lanes.more_than_counted,
+            "changes": changes, "segments": kept, "coarse": coarse, "coarsest": coarsest}

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import math
+import operator
+import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from inferris_dist.engine import StepTrace
 from inferris_dist.observe.logread import Malformed
-from inferris_dist.observe.words import shown
+from inferris_dist.observe.words import PLAIN, shown, step_events
 
 MAX_RANK = 4095             # a rank number beyond this is not one (keys refuses larger worlds)
 MAX_TEXT = 400              # characters kept of any one text from the log
@@ -29,9 +31,13 @@ MAX_ATTEMPTS = 50_000
 MAX_STEPS = 40_000          # committed steps with counters and step lines
 MAX_PHASES = 120_000
 MAX_MARKS = 20_000
-MAX_MEMBERS = 10_000
+MAX_MEMBERS = 20_000         # members admitted (and as many HELLOs, and joins)
 MAX_AUDITS = 60_000
+MAX_EPOCHS = 40_000          # epoch starts (restarts) placed on the ranks' lanes
 MAX_REQUEST_LANES = 200
+MAX_REQUESTS_COUNTED = 1_000_000   # distinct requests counted beyond the lanes
+SEGMENT_BUDGET = 120_000     # segments of the request lanes in all, each lane its share
+LANE_SEGMENTS = 40_000       # segments of one request lane at most
 MAX_LIST = 256              # elements of a list kept in a body (then "... N more")
 MAX_KEYS = 64
 MAX_DEPTH = 6
@@ -57,7 +63,7 @@ LINK = ("lost", "delayed", "duplicated", "reordered")    # what a link fault did
 # schema (tests/test_wire_schema.py holds them equal); any other is counted and ignored.
 KNOWN_EVENTS = {"run", "member", "phase", "attempt", "step", "audit", "audit-failed", "rejoin-wait",
                 "restart", "rank-lost", "step-failed", "note", "turned-away", "idle", "end", "partition"}
-WAITING, RUNNING, PREEMPTED = 0, 1, 2
+WAITING, RUNNING, PREEMPTED, CHANGING = 0, 1, 2, 3   # CHANGING: a stretch in which the state changed
 LINK_NOTE = "the link "     # the notes the link writes (a message's or a cut's mark says each)
 
 
@@ -218,8 +224,9 @@ class Step:
     step: int
     epoch: int
     t: float
-    trace: StepTrace | None
+    line: str                             # what happened in it, in words (bounded: LINE_BUDGET)
     counters: list
+    ordinal: int                          # its place among the steps as they came (the lanes' index)
 
 
 def _int(obj: dict, key: str, lo: int = 0, hi: int = 2 ** 53, optional: bool = False) -> Any:
@@ -240,42 +247,210 @@ def _num(obj: dict, key: str, optional: bool = False) -> Any:
     return float(v)
 
 
-def _ids(v: Any) -> list[str]:
-    return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
+TRACE_IDS = ("admitted", "scheduled", "preempted")
+TRACE_COUNTS = ("executed", "reused", "published", "drafted", "accepted", "rolled_back", "discarded",
+                "returned")
+TRACE_WORDS = ("sampled", "finished")
 
 
-def _counts(v: Any) -> dict[str, int]:
-    return {k: n for k, n in v.items() if isinstance(k, str) and is_int(n)} if isinstance(v, dict) else {}
-
-
-def _words(v: Any) -> dict[str, str]:
-    if not isinstance(v, dict):
-        return {}
-    return {k: w for k, w in v.items() if isinstance(k, str) and isinstance(w, str)}
-
-
-def _trace(step: int, obj: Any) -> StepTrace | None:
+def _trace(step: int, obj: Any, skipped: Callable[[str], None]) -> StepTrace | None:
+    """A step's trace as the page can use it: each field of its kind (a list of request ids, an
+    object of counts or of words by request id, a list of page numbers), a draft only with its
+    accepted count. What is not so is left out and `skipped` says what it was; a field that is
+    not there is empty (an older writer's trace has fewer)."""
     if not isinstance(obj, dict):
+        skipped("a trace that is not an object")
         return None
     g = obj.get
-    evicted = [p for p in g("evicted") if is_int(p)] if isinstance(g("evicted"), list) else []
-    return StepTrace(step, _ids(g("admitted")), _ids(g("scheduled")), _counts(g("executed")),
-                     _words(g("sampled")), _words(g("finished")), _ids(g("preempted")),
-                     _counts(g("reused")), _counts(g("published")), evicted, _counts(g("drafted")),
-                     _counts(g("accepted")), _counts(g("rolled_back")))
+
+    def ids(key: str) -> list[str]:
+        v = g(key)
+        if v is None:
+            return []
+        if not isinstance(v, list):
+            skipped(f"{key} that is not a list")
+            return []
+        out = [x for x in v if isinstance(x, str)]
+        if len(out) < len(v):
+            skipped(f"{key} holding what is not a request id")
+        return out
+
+    def mapping(key: str, ok: Callable[[Any], bool], what: str) -> dict:
+        v = g(key)
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            skipped(f"{key} that is not an object")
+            return {}
+        out = {k: x for k, x in v.items() if isinstance(k, str) and ok(x)}
+        if len(out) < len(v):
+            skipped(f"{key} holding what is not {what}")
+        return out
+
+    counts = {k: mapping(k, is_int, "a count") for k in TRACE_COUNTS}
+    words = {k: mapping(k, lambda x: isinstance(x, str), "a word") for k in TRACE_WORDS}
+    pages = g("evicted")
+    evicted = [p for p in pages if is_int(p)] if isinstance(pages, list) else []
+    if pages is not None and (not isinstance(pages, list) or len(evicted) < len(pages)):
+        skipped("evicted holding what is not a page number")
+    drafted, accepted = counts["drafted"], counts["accepted"]
+    unaccepted = [r for r in drafted if r not in accepted]
+    if unaccepted:
+        skipped("drafted naming a request accepted does not")
+        for r in unaccepted:
+            del drafted[r]
+    return StepTrace(step, ids("admitted"), ids("scheduled"), counts["executed"], words["sampled"],
+                     words["finished"], ids("preempted"), counts["reused"], counts["published"], evicted,
+                     drafted, accepted, counts["rolled_back"], counts["discarded"], counts["returned"])
 
 
 def _ranks_text(ranks: list) -> str:
+    """ "rank 2", "ranks 0-3", "ranks 1, 5, 9": the numbers as the log gives them, never a range
+    of them expanded (a rank of 10**8 costs what its digits cost)."""
     ranks = [r for r in ranks if is_int(r)]
     if not ranks:
         return "every rank"
-    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+    if len(ranks) > 2 and ranks[-1] - ranks[0] == len(ranks) - 1 and all(
+            b == a + 1 for a, b in zip(ranks, ranks[1:])):
         return f"ranks {ranks[0]}-{ranks[-1]}"
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks[:32]))
+    more = f" (and {len(ranks) - 32} more)" if len(ranks) > 32 else ""
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks[:32])) + more
+
+
+def _counter(v: Any) -> int | float | None:
+    """A counter's value as the page keeps it: a whole number a script can hold, or a finite
+    float; anything else is no value."""
+    if type(v) is int:
+        return v if abs(v) < 2 ** 53 else None
+    return v if type(v) is float and math.isfinite(v) else None
 
 
 def _secs(v: float) -> str:
     return f"{v * 1000:.3g} ms" if v < 1 else f"{v:.3g} s"
+
+
+# -- the request lanes -------------------------------------------------------------------------
+
+class Lanes:
+    """A lane per request, for the first MAX_REQUEST_LANES requests admitted or scheduled: its
+    state (WAITING, RUNNING, PREEMPTED) at each committed step from the one it came in to the
+    one it finished in, one byte a step, the steps numbered in the order they are given
+    (`ordinal`); the other requests are counted (up to MAX_REQUESTS_COUNTED). A step costs what
+    its trace lists: a lane that did not run, was not preempted and did not run the step before
+    keeps its state, written when it next changes (`close` writes the rest)."""
+
+    def __init__(self):
+        self.index: dict[str, int] = {}
+        self.ids: list[str] = []
+        self.first: list[int] = []              # the ordinal of the step it came in at
+        self.states: list[bytearray] = []       # its state at each step from `first` on
+        self.now: list[int] = []                # its state at its last step written
+        self.finished: list[int] = []           # the step it finished in, or -1
+        self.reason: list[str] = []
+        self.preemptions: list[int] = []
+        self.open: set[int] = set()             # lanes not finished
+        self.ran: set[int] = set()              # lanes that ran at the last step
+        self.others: set[int] = set()           # the other requests (by hash)
+        self.more_than_counted = False
+        self.steps = 0                          # steps given
+
+    def step(self, number: int, admitted: Iterable[str], scheduled: Iterable[str], executed: Iterable[str],
+             preempted: Iterable[str], finished: dict[str, str]) -> None:
+        """One committed step (`number`), as its trace says it."""
+        o = self.steps
+        self.steps += 1
+        index = self.index
+        fresh = []
+        for rid in admitted:
+            if rid not in index:
+                fresh.append(rid)
+        scheduled = list(scheduled)
+        for rid in scheduled:
+            if rid not in index:
+                fresh.append(rid)
+        for rid in fresh:
+            if rid in index:
+                continue
+            if len(self.ids) < MAX_REQUEST_LANES:
+                i = index[rid] = len(self.ids)
+                self.ids.append(rid)
+                self.first.append(o)
+                self.states.append(bytearray())
+                self.now.append(WAITING)
+                self.finished.append(-1)
+                self.reason.append("")
+                self.preemptions.append(0)
+                self.open.add(i)
+            elif len(self.others) < MAX_REQUESTS_COUNTED:
+                self.others.add(hash(rid))
+            else:
+                self.more_than_counted = True
+        ran = {index[r] for r in scheduled if r in index} | {index[r] for r in executed if r in index}
+        out = {index[r] for r in preempted if r in index}
+        done = {index[r]: why for r, why in finished.items() if r in index}
+        touched = (ran | out | set(done) | self.ran | {index[r] for r in fresh if r in index}) & self.open
+        still_running = set()
+        for i in touched:
+            if i in out:
+                state = PREEMPTED
+                self.preemptions[i] += 1
+            elif i in ran:
+                state = RUNNING
+                still_running.add(i)
+            else:
+                state = PREEMPTED if self.now[i] == PREEMPTED else WAITING
+            self._fill(i, o)
+            self.states[i].append(state)
+            self.now[i] = state
+            if i in done:
+                self.finished[i], self.reason[i] = number, done[i]
+                self.open.discard(i)
+        self.ran = still_running
+
+    def _fill(self, i: int, o: int) -> None:
+        """Lane i's state written up to (not including) ordinal o."""
+        gap = o - self.first[i] - len(self.states[i])
+        if gap > 0:
+            self.states[i] += bytes((self.now[i],)) * gap
+
+    def close(self) -> None:
+        """Every lane still open written up to the last step."""
+        for i in self.open:
+            self._fill(i, self.steps)
+
+    @property
+    def total(self) -> int:
+        return len(self.ids) + len(self.others)
+
+
+def runs(states: bytes, cap: int) -> tuple[list[tuple[int, int, int]], int]:
+    """A lane's states as runs (state, first, end), `first` and `end` offsets into `states`, at
+    most `cap` of them (cap >= 2): at the finest resolution q (1, 2, 4, ... steps) at which they
+    fit, a stretch of q steps in which the state changed being CHANGING; and q. Every pass is
+    over bytes, in C: a lane of 40,000 steps costs a few of them, not a Python loop per step."""
+    n = len(states)
+    if not n:
+        return [], 1
+    ne = operator.ne
+    d = bytes(map(ne, states[1:], states))          # d[j]: the state changes between j and j + 1
+    q, mixed, level = 1, bytes(n), states
+    if d.count(1) + 1 > cap:
+        to_changing = bytes.maketrans(b"\x00\x01", b"\x00\x03")
+        while True:
+            left, right = mixed[0::2], mixed[1::2]
+            bound = d[q - 1::2 * q]                   # between the two halves of each new bucket
+            k = len(left)
+            right += bytes(k - len(right))
+            bound += bytes(k - len(bound))
+            mixed = bytes(map(operator.or_, map(operator.or_, left, right), bound))
+            q *= 2
+            level = bytes(map(max, states[0::q], mixed.translate(to_changing)))
+            if sum(map(ne, level[1:], level)) + 1 <= cap:
+                break
+    out = []
+    for m in re.finditer(rb"(.)\1*", level, re.S):
+        out.append((level[m.start()], m.start() * q, min(n, m.end() * q)))
+    return out, q
 
 
 # -- the one pass over the records -----------------------------------------------------------
@@ -295,21 +470,24 @@ class Builder:
         self.t_hi = -math.inf
         self.attempts: list[_Attempt] = []
         self.open: dict[tuple[int, int], _Attempt] = {}       # (step, epoch) -> latest attempt
-        self.dropped_attempts = 0
         self.round_trips = 0
-        self.dropped_round_trips = 0
         self.phases: list[tuple[float, float, int, int]] = []   # start, dur, kind, step
-        self.dropped_phases = 0
         self.steps: list[Step] = []
-        self.dropped_steps = 0
+        self.lanes = Lanes()                       # the request lanes, from the step events
+        self.line_budget = [0, 0]                  # characters of step lines kept, lines past LINE_BUDGET
+        self.trace_skipped: dict[str, int] = {}    # what the step traces held that the page cannot use
+        self.traces_skipped = 0                    # traces that held any of it
         self.idle: list[tuple[int, int, float]] = []
         self.marks: list[list] = []
         self.dropped_marks = 0
         self.marks_of: dict[str, int] = {}         # kind -> marks kept of it (each kind's budget)
         self.dropped_of: dict[str, int] = {}       # kind -> marks past its budget
+        # what is past its bound, by what it is ("round trips", "audits", ...): said in a note
+        self.over: dict[str, int] = {}
         self.members: list[tuple[float, int, int, int, str]] = []   # t, rank, epoch, pid, host
         self.hellos: list[tuple[float, int, int, int]] = []          # t, rank, epoch, pid
         self.handshakes: list[list] = []                            # rank, hello t, ready t
+        self.epochs: list[tuple[float, int]] = []                   # t, epoch: where each began
         self.hello_at: dict[int, float] = {}
         self.audit_out: dict[int, tuple[float, int]] = {}
         self.audits: list[list] = []
@@ -334,6 +512,10 @@ class Builder:
             what = obj.get("event") if isinstance(obj.get("event"), str) else obj.get("type")
             why = str(e) if isinstance(e, Malformed) else type(e).__name__
             self._bad(f"{shown(what[:40]) if isinstance(what, str) else 'record'} ({why})")
+
+    def _over(self, what: str) -> None:
+        """One more of `what` past its bound: not kept, counted."""
+        self.over[what] = self.over.get(what, 0) + 1
 
     def _bad(self, why: str) -> None:
         if len(self.malformed) < 50 or why in self.malformed:
@@ -397,18 +579,25 @@ class Builder:
         elif kind == "HELLO" and m["dir"] == "in":
             body = m.get("body")
             pid = body.get("pid") if isinstance(body, dict) else None
-            self.hellos.append((t, rank, epoch, pid if is_int(pid) else -1))
+            if len(self.hellos) < MAX_MEMBERS:
+                self.hellos.append((t, rank, epoch, pid if is_int(pid) else -1))
             self.hello_at[rank] = t
         elif kind == "READY" and m["dir"] == "in":
             began = self.hello_at.pop(rank, None)
-            if began is not None and len(self.handshakes) < MAX_MEMBERS:
-                self.handshakes.append([rank, began, t])
+            if began is not None:
+                if len(self.handshakes) < MAX_MEMBERS:
+                    self.handshakes.append([rank, began, t])
+                else:
+                    self._over("joins")
         elif kind == "AUDIT" and m["dir"] == "out":
             self.audit_out[rank] = (t, step if step is not None else -1)
         elif kind == "SHARD" and m["dir"] == "in":
             out = self.audit_out.pop(rank, None)
-            if out is not None and len(self.audits) < MAX_AUDITS:
-                self.audits.append([rank, out[0], t, num_bytes, out[1]])
+            if out is not None:
+                if len(self.audits) < MAX_AUDITS:
+                    self.audits.append([rank, out[0], t, num_bytes, out[1]])
+                else:
+                    self._over("audits")
         elif kind == "REFUSED":
             body = m.get("body")
             why = body[0] if isinstance(body, list) and body and isinstance(body[0], str) else ""
@@ -422,7 +611,7 @@ class Builder:
                                                                   and a.ranks[fresh_for].sent is not None)):
             return a
         if len(self.attempts) >= MAX_ATTEMPTS:
-            self.dropped_attempts += 1
+            self._over("attempts")
             return None
         a = self.open[(step, epoch)] = _Attempt(step, epoch)
         self.attempts.append(a)
@@ -432,7 +621,7 @@ class Builder:
         rt = a.ranks.get(rank)
         if rt is None:
             if self.round_trips >= MAX_ROUND_TRIPS:
-                self.dropped_round_trips += 1
+                self._over("round trips")
                 return None
             self.round_trips += 1
             rt = a.ranks[rank] = _RoundTrip(rank)
@@ -560,6 +749,8 @@ class Builder:
         self.ranks.add(rank)
         if len(self.members) < MAX_MEMBERS:
             self.members.append((t, rank, epoch, -1 if pid is None else pid, host))
+        else:
+            self._over("members admitted")
 
     def _ev_phase(self, ev: dict, t: float) -> None:
         phase = ev.get("phase")
@@ -569,7 +760,7 @@ class Builder:
         step = _int(ev, "step", 0, optional=True)
         self._time(t + max(dur, 0.0))
         if len(self.phases) >= MAX_PHASES:
-            self.dropped_phases += 1
+            self._over("scheduler phases")
             return
         self.phases.append((t, max(dur, 0.0), PHASES.index(phase), -1 if step is None else step))
 
@@ -592,11 +783,41 @@ class Builder:
         epoch = _int(ev, "epoch", 0, 2 ** 31, optional=True) or 0
         self.has_step_events = True
         if len(self.steps) >= MAX_STEPS:
-            self.dropped_steps += 1
+            self._over("committed steps")
             return
         counters = ev.get("counters") if isinstance(ev.get("counters"), dict) else {}
-        values = [counters.get(k) if is_num(counters.get(k)) else None for k in COUNTERS]
-        self.steps.append(Step(step, epoch, t, _trace(step, ev.get("trace")), values))
+        values = [_counter(counters.get(k)) for k in COUNTERS]
+        skipped: list[str] = []
+        trace = _trace(step, ev.get("trace"), skipped.append)
+        if skipped:
+            self.traces_skipped += 1
+            for what in skipped:
+                self.trace_skipped[what] = self.trace_skipped.get(what, 0) + 1
+        self.steps.append(Step(step, epoch, t, self.line(trace), values, self.lanes.steps))
+        if trace is not None:
+            self.lanes.step(step, trace.admitted, trace.scheduled, trace.executed, trace.preempted,
+                            trace.finished)
+        else:
+            self.lanes.step(step, (), (), (), (), {})
+
+    def line(self, trace: StepTrace | None, budget: list[int] | None = None) -> str:
+        """A step's line ("admit r0  run r0:6 ..."), while the budget for lines lasts (`budget`:
+        [characters spent, lines past it], the model's own by default)."""
+        if trace is None:
+            return ""
+        if budget is None:
+            budget = self.line_budget
+        try:
+            line = step_events(trace, PLAIN, 8)[:2000]
+        except Exception as e:      # what _trace let through and words cannot say: counted
+            what = f"what cannot be said in words ({type(e).__name__})"
+            self.trace_skipped[what] = self.trace_skipped.get(what, 0) + 1
+            return ""
+        if budget[0] + len(line) > LINE_BUDGET:
+            budget[1] += 1
+            return ""
+        budget[0] += len(line)
+        return line
 
     def _ev_idle(self, ev: dict, t: float) -> None:
         first, last = _int(ev, "first"), _int(ev, "last")
@@ -604,6 +825,8 @@ class Builder:
             raise Malformed("first > last")
         if len(self.idle) < MAX_STEPS:
             self.idle.append((first, last, t))
+        else:
+            self._over("idle stretches")
 
     def _ev_audit(self, ev: dict, t: float) -> None:
         self._mark("audit", t, f"audit at step {ev.get('step')}: every shard holds every slot the "
@@ -633,6 +856,12 @@ class Builder:
         if pids and all(is_int(p) for p in pids):
             text += f" (pid {', '.join(map(str, pids[:16]))})"
         self._mark("restart", t, text, ranks, ev.get("step"), ev.get("epoch"))
+        epoch = ev.get("epoch")
+        if is_int(epoch) and 0 <= epoch < 2 ** 31:
+            if len(self.epochs) < MAX_EPOCHS:
+                self.epochs.append((t, epoch))
+            else:
+                self._over("epoch starts")
 
     def _ev_rank_lost(self, ev: dict, t: float) -> None:
         ranks = ev.get("ranks") if isinstance(ev.get("ranks"), list) else [ev.get("rank")]

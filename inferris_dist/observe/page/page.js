@@ -67,11 +67,35 @@ function vt(v) {                        // a value of a plan or a result, as tex
 }
 
 // -- the model -------------------------------------------------------------------------------
+// Everything the frames draw is indexed here once, by time: each kind of span or mark in its
+// own list sorted by its start, with a typed array of the starts and the longest duration, so
+// that a frame finds what is in view by binary search (`inView`) and never scans a whole list.
 const KINDS = D.mark_kinds || [];
 const span = D.span || [0, 1];
+const fitSpan = Array.isArray(D.fit) && D.fit[1] > D.fit[0] ? D.fit : span;
 const ranks = D.ranks || [];
 const laneOfRank = new Map();
 ranks.forEach((r, i) => laneOfRank.set(r, i));
+function upperBound(arr, x) {           // the first index whose value is > x
+  let lo = 0, hi = arr.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (arr[mid] <= x) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+// a list of things with a start `a(x)` and an end `b(x)`, sorted by start, and indexed
+function indexed(list, a, b) {
+  const items = list.slice().sort((p, q) => a(p) - a(q));
+  const t = Float64Array.from(items, a);
+  let maxDur = 0;
+  for (const x of items) maxDur = Math.max(maxDur, b(x) - a(x));
+  return {items: items, t: t, maxDur: maxDur, a: a, b: b};
+}
+// the first index of `ix` that may be in [lo, hi] (what starts before lo but lasts into it too)
+function inView(ix, lo) {
+  return lowerBound(ix.t, lo - ix.maxDur);
+}
 
 const attempts = (D.attempts || []).map((r, i) => {
   const a = r[2];
@@ -89,8 +113,10 @@ const attempts = (D.attempts || []).map((r, i) => {
   const verdict = txt(r[4]);
   // what the link did to a rank's plan or result ("plan lost"), by rank, where it did anything
   const links = new Map(Array.isArray(r[8]) ? r[8].map((w) => [w[0], txt(w[1])]) : []);
+  // a plan sent ahead (overlap) and never read, its epoch having ended: void, not a failure
+  const isVoid = verdict.startsWith('void');
   return {i: i, step: r[0], epoch: r[1], a: a, b: Math.max(a, r[3]), verdict: verdict,
-          ok: verdict === 'joined', planBytes: r[5], plan: r[6], rts: rts, links: links};
+          ok: verdict === 'joined', void: isVoid, planBytes: r[5], plan: r[6], rts: rts, links: links};
 });
 const attemptsOf = new Map();
 for (const x of attempts) {
@@ -98,7 +124,8 @@ for (const x of attempts) {
   attemptsOf.get(x.step).push(x);
 }
 const byStart = attempts.slice().sort((p, q) => p.a - q.a);
-const failed = byStart.filter((x) => !x.ok);
+const failed = byStart.filter((x) => !x.ok && !x.void);
+const voided = byStart.filter((x) => x.void);
 const failedA = Float64Array.from(failed, (x) => x.a);
 const failedMax = failed.reduce((m, x) => Math.max(m, x.b - x.a), 0);
 
@@ -109,9 +136,15 @@ let stepMax = 0;
 for (let i = 0; i < nSteps; i++) stepMax = Math.max(stepMax, stepB[i] - stepA[i]);
 const stepIdx = new Map();
 for (let i = 0; i < nSteps; i++) if (!stepIdx.has(ST.step[i])) stepIdx.set(ST.step[i], i);
-const idle = D.idle || [];
+const idle = (D.idle || []).slice().sort((p, q) => p[2] - q[2]);
 const idleA = Float64Array.from(idle, (r) => r[2]);
 const idleMax = idle.reduce((m, r) => Math.max(m, r[3] - r[2]), 0);
+const idleByFirst = idle.slice().sort((p, q) => p[0] - q[0]);
+const idleFirst = Float64Array.from(idleByFirst, (r) => r[0]);
+function idleOf(k) {                    // the idle stretch holding step k, or null
+  const j = upperBound(idleFirst, k) - 1;
+  return j >= 0 && k <= idleByFirst[j][1] ? idleByFirst[j] : null;
+}
 const stepList = Array.from(new Set(ST.step.concat(attempts.map((x) => x.step)))).sort((p, q) => p - q);
 
 const phases = (D.phases || []).slice().sort((p, q) => p[2] - q[2]);
@@ -119,7 +152,7 @@ const phaseA = Float64Array.from(phases, (r) => r[2]);
 const phaseMax = phases.reduce((m, r) => Math.max(m, r[3]), 0);
 const PHASE = ['prepare', 'execute', 'commit', 'recover'];
 const COL = {prepare: '#5b8def', execute: '#f0a030', commit: '#3fae6a', recover: '#e0504a',
-  rt: '#c6d4e9', rtFail: '#f2a09a', rtLost: '#f6c9c5', decode: '#8e6bd1', exec: '#2a9d8f',
+  rt: '#c6d4e9', rtFail: '#f2a09a', rtLost: '#f6c9c5', rtVoid: '#e3e6ea', decode: '#8e6bd1', exec: '#2a9d8f',
   encode: '#d9a400', audit: '#7b8fe0', hand: '#a9dbb3', wait: '#f7c98b', lost: '#d62728',
   restart: '#ef7d0d', note: '#7d8590', peer: '#9b4dca', replaced: '#2f9e44', end: '#333',
   link: '#0e7490', cut: '#0e7490',
@@ -129,25 +162,35 @@ const marks = (D.marks || []).map((r, i) => ({i: i, kind: KINDS[r[0]] || '?', t:
   ranks: r[3], step: r[4], epoch: r[5], text: txt(r[6])}));
 const RANKED = new Set(['lost', 'restart', 'replaced', 'note', 'audit-failed', 'rejoin-wait',
   'refused', 'link', 'partition']);
-const SPANS = new Set(['rejoin-wait', 'partition']);      // marks drawn for their duration
 const TOP = new Set(['lost', 'restart', 'step-failed', 'audit', 'audit-failed', 'end']);
-const stepMarks = marks.filter((m) => TOP.has(m.kind));
-const schedMarks = marks.filter((m) => !m.ranks.length && !TOP.has(m.kind));
+const markStart = (m) => m.t, markEnd = (m) => m.t + Math.max(0, m.dur);
+const atInstant = (m) => m.t;
+const stepMarks = indexed(marks.filter((m) => TOP.has(m.kind)), markStart, atInstant);
+const schedMarks = indexed(marks.filter((m) => !m.ranks.length && !TOP.has(m.kind)), markStart, markEnd);
+// the losses and restarts, drawn across every lane
+const acrossMarks = indexed(marks.filter((m) => m.kind === 'lost' || m.kind === 'restart'), markStart,
+  atInstant);
+const marksOfStep = new Map();
+for (const m of marks) {
+  if (m.step < 0) continue;
+  if (!marksOfStep.has(m.step)) marksOfStep.set(m.step, []);
+  marksOfStep.get(m.step).push(m);
+}
 const markCount = {};
 for (const m of marks) markCount[m.kind] = (markCount[m.kind] || 0) + 1;
-const epochStarts = [[span[0], 0]];
-for (const m of marks) if (m.kind === 'restart' && m.epoch >= 0) epochStarts.push([m.t, m.epoch]);
-epochStarts.sort((p, q) => p[0] - q[0]);
-function epochAt(t) {
-  let e = epochStarts[0][1];
-  for (const s of epochStarts) if (s[0] <= t) e = s[1];
-  return e;
+// where each epoch began: the restarts (all of them, beyond the marks' budget), in time order
+const epochList = (Array.isArray(D.epochs) ? D.epochs : marks.filter((m) => m.kind === 'restart' &&
+  m.epoch >= 0).map((m) => [m.t, m.epoch])).slice().sort((p, q) => p[0] - q[0]);
+const epochT = Float64Array.from(epochList, (e) => e[0]);
+function epochAt(t) {                   // the epoch at time t (0 before the first restart)
+  const j = upperBound(epochT, t) - 1;
+  return j >= 0 ? epochList[j][1] : 0;
 }
 
 // each rank: its round trips (sorted by send), processes, audits, joins, waits and marks
 const members = (D.members || []).slice().sort((p, q) => p[4] - q[4]);
 const R = ranks.map((r) => ({rank: r, list: [], audits: [], hands: [], waits: [], cuts: [], marks: [],
-  bands: [], pids: [], host: ''}));
+  own: [], pids: [], host: ''}));
 for (const x of attempts) {
   for (const rt of x.rts) {
     const L = R[laneOfRank.get(rt.rank)];
@@ -187,27 +230,44 @@ for (const m of marks) {
     }
   }
 }
+for (const m of members) {
+  const L = R[laneOfRank.get(m[0])];
+  if (L) L.own.push(m);
+}
 const lastT = Math.max(span[1], 0);
+const spanStart = (s) => s.a, spanEnd = (s) => s.b;
 for (const L of R) {
-  L.audits.sort((p, q) => p.a - q.a);
-  L.hands.sort((p, q) => p.a - q.a);
-  const own = members.filter((m) => m[0] === L.rank);
-  const losses = L.marks.filter((m) => m.kind === 'lost').map((m) => m.t);
-  own.forEach((m, j) => {
-    let b = j + 1 < own.length ? own[j + 1][4] : lastT;
-    for (const t of losses) if (t > m[4] && t < b) b = t;
+  L.audits = indexed(L.audits, spanStart, spanEnd);
+  L.hands = indexed(L.hands, spanStart, spanEnd);
+  L.waits = indexed(L.waits, markStart, markEnd);
+  L.cuts = indexed(L.cuts, markStart, markEnd);
+  L.marks = indexed(L.marks, markStart, markEnd);
+  // its processes: each from its admission to the next one's, or to a loss of the rank before
+  const losses = Float64Array.from(L.marks.items.filter((m) => m.kind === 'lost'), (m) => m.t);
+  const n = L.own.length;
+  L.procA = new Float64Array(n);
+  L.procB = new Float64Array(n);
+  L.own.forEach((m, j) => {
+    let b = j + 1 < n ? L.own[j + 1][4] : lastT;
+    const k = upperBound(losses, m[4]);
+    if (k < losses.length && losses[k] < b) b = losses[k];
+    L.procA[j] = m[4];
+    L.procB[j] = Math.max(m[4], b);
     const host = txt(m[3]);
     if (host) L.host = host;
     if (!L.pids.length || L.pids[L.pids.length - 1] !== m[2]) L.pids.push(m[2]);
-    // one band per process and epoch
-    const cuts = epochStarts.filter((s) => s[0] > m[4] && s[0] < b).map((s) => s[0]);
-    let a = m[4];
-    for (const c of cuts.concat([b])) {
-      const e = epochAt(a);
-      L.bands.push({a: a, b: c, pid: m[2], host: host, epoch: Math.max(e, m[1])});
-      a = c;
-    }
   });
+}
+// the band of rank lane L at time t: its process and epoch there, or null
+function bandAt(L, t) {
+  const j = upperBound(L.procA, t) - 1;
+  if (j < 0 || t > L.procB[j]) return null;
+  const m = L.own[j];
+  const k = upperBound(epochT, t) - 1;
+  // the epoch's bounds within the process's
+  const a = Math.max(L.procA[j], k >= 0 ? epochT[k] : -Infinity);
+  const b = Math.min(L.procB[j], k + 1 < epochT.length ? epochT[k + 1] : Infinity);
+  return {a: a, b: b, pid: m[2], host: txt(m[3]), epoch: Math.max(epochAt(t), m[1])};
 }
 
 // counter tracks
@@ -223,7 +283,8 @@ const TRACKS = [];
 function track(label, parts) {
   const ss = parts.filter((p) => p[0]);
   if (!ss.length) return;
-  const max = Math.max(1, ...ss.map((p) => p[0].max));
+  let max = 1;
+  for (const p of ss) max = Math.max(max, p[0].max);
   TRACKS.push({label: label, parts: ss, max: max});
 }
 const cs = (k) => (C[k] ? series(stepB, C[k]) : null);
@@ -235,7 +296,23 @@ track('wire bytes', [[series(attT, byStart.map((x) => (x.planBytes >= 0 ? x.plan
   '#5b8def', 'plan'], [series(attT, byStart.map((x) => x.rts.reduce((m, r) => Math.max(m, r.bytes), -1))
   .map((b) => (b >= 0 ? b : null))), '#e0504a', 'result']]);
 
+// the request lanes: each [t0, state, dur, state, dur, ...] as its segments' bounds and states
 const RQ = D.requests || {ids: [], lanes: [], info: [], total: 0, more: 0};
+const STATES = ['waiting', 'running', 'preempted', 'changing'];
+const REQ = (RQ.lanes || []).map((w) => {
+  const n = Array.isArray(w) && w.length > 2 ? (w.length - 1) >> 1 : 0;
+  const t = new Float64Array(n + 1), s = new Uint8Array(n);
+  if (n) t[0] = w[0];
+  for (let k = 0; k < n; k++) {
+    s[k] = w[1 + 2 * k];
+    t[k + 1] = t[k] + Math.max(0, w[2 + 2 * k]);
+  }
+  return {t: t, s: s, n: n};
+});
+function segmentAt(q, t, tol) {         // the segment of request lane q at time t (within tol), or -1
+  if (!q.n || t < q.t[0] - tol || t > q.t[q.n] + tol) return -1;
+  return Math.max(0, Math.min(q.n - 1, upperBound(q.t, t) - 1));
+}
 
 // -- the lanes -------------------------------------------------------------------------------
 const LANES = [];
@@ -271,14 +348,15 @@ const FONT = '11px system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", 
 let W = 600, H = 400, dpr = 1;
 let v0 = span[0], v1 = span[1], sy = 0;
 let selStep = null, selReq = null, pending = false, frames = 0;
-let stats = {frames: 0, marks: {}, roundTrips: 0, steps: 0, phases: 0, requests: 0, lanes: 0};
+let stats = {frames: 0, marks: {}, roundTrips: 0, steps: 0, phases: 0, requests: 0, lanes: 0, bands: 0};
 const X = (t) => GX + (t - v0) * (W - GX) / (v1 - v0);
 const T = (x) => v0 + (x - GX) * (v1 - v0) / (W - GX);
 
-function hatch(color) {
+function hatch(color, ground) {
   const c = document.createElement('canvas');
   c.width = c.height = 6;
   const g = c.getContext('2d');
+  if (ground) { g.fillStyle = ground; g.fillRect(0, 0, 6, 6); }
   g.strokeStyle = color;
   g.lineWidth = 1.5;
   g.beginPath();
@@ -286,7 +364,8 @@ function hatch(color) {
   g.stroke();
   return ctx.createPattern(c, 'repeat');
 }
-const HATCH = {lost: hatch('#d62728'), idle: hatch('#b7bec8'), wait: hatch('#e07b00'), cut: hatch(COL.cut)};
+const HATCH = {lost: hatch('#d62728'), idle: hatch('#b7bec8'), wait: hatch('#e07b00'), cut: hatch(COL.cut),
+  changing: hatch(COL.running, COL.waiting)};
 
 function resize() {
   const r = plot.getBoundingClientRect();
@@ -309,9 +388,9 @@ function clampX() {
   c = Math.max(span[0] - full * 0.25, Math.min(span[1] + full * 0.25, c));
   v0 = c - w / 2; v1 = c + w / 2;
 }
-function fit() {
-  const full = Math.max(10, span[1] - span[0]);
-  v0 = span[0] - full * 0.01; v1 = span[1] + full * 0.015;
+function fit() {                        // the run's steps, not the start-up before them
+  const full = Math.max(10, fitSpan[1] - fitSpan[0]);
+  v0 = fitSpan[0] - full * 0.01; v1 = fitSpan[1] + full * 0.015;
   dirty();
 }
 function zoom(f, x) {
@@ -348,62 +427,71 @@ function box(a, b, y, h, fill) {          // a span drawn; how wide it shows (0:
   return Math.min(W, x1) - Math.max(GX, x0);
 }
 
-function icon(kind, x, y, s) {
-  ctx.save();
-  ctx.lineWidth = 2;
+// A mark's icon is strokes or a fill or both; the icons of one kind in a lane are drawn as one
+// path, stroked and filled once (`icons`).
+const ICON_STROKE = {lost: COL.lost, 'step-failed': COL.lost, link: COL.link, partition: COL.cut, end: COL.end};
+const ICON_FILL = {restart: COL.restart, replaced: COL.replaced, audit: COL.audit, 'audit-failed': COL.lost,
+  'turned-away': COL.peer, refused: COL.peer, end: COL.end};
+function iconStrokes(kind, x, y, s) {
   if (kind === 'lost' || kind === 'step-failed') {
-    ctx.strokeStyle = COL.lost;
-    ctx.beginPath();
     ctx.moveTo(x - s, y - s); ctx.lineTo(x + s, y + s); ctx.moveTo(x + s, y - s); ctx.lineTo(x - s, y + s);
-    ctx.stroke();
-  } else if (kind === 'restart' || kind === 'replaced') {
-    ctx.fillStyle = kind === 'restart' ? COL.restart : COL.replaced;
-    ctx.beginPath();
-    ctx.moveTo(x, y - s - 1); ctx.lineTo(x + s + 1, y + s); ctx.lineTo(x - s - 1, y + s); ctx.closePath();
-    ctx.fill();
-  } else if (kind === 'audit' || kind === 'audit-failed') {
-    ctx.fillStyle = kind === 'audit' ? COL.audit : COL.lost;
-    ctx.beginPath();
-    ctx.moveTo(x, y - s); ctx.lineTo(x + s, y); ctx.lineTo(x, y + s); ctx.lineTo(x - s, y); ctx.closePath();
-    ctx.fill();
-  } else if (kind === 'turned-away' || kind === 'refused') {
-    ctx.fillStyle = COL.peer;
-    ctx.fillRect(x - s + 1, y - s + 1, 2 * s - 2, 2 * s - 2);
   } else if (kind === 'link') {                 // a ring: the link did something to a message
-    ctx.strokeStyle = COL.link;
-    ctx.beginPath(); ctx.arc(x, y, s, 0, 6.3); ctx.stroke();
-    ctx.beginPath(); ctx.moveTo(x - s, y + s); ctx.lineTo(x + s, y - s); ctx.stroke();
+    ctx.moveTo(x + s, y); ctx.arc(x, y, s, 0, 6.3);
+    ctx.moveTo(x - s, y + s); ctx.lineTo(x + s, y - s);
   } else if (kind === 'partition') {            // a cut: two strokes across the lane
-    ctx.strokeStyle = COL.cut;
-    ctx.beginPath();
     ctx.moveTo(x - s, y + s + 1); ctx.lineTo(x - 1, y - s - 1);
     ctx.moveTo(x + 1, y + s + 1); ctx.lineTo(x + s, y - s - 1);
-    ctx.stroke();
   } else if (kind === 'end') {
-    ctx.strokeStyle = COL.end;
-    ctx.beginPath(); ctx.moveTo(x, y - s - 2); ctx.lineTo(x, y + s + 2); ctx.stroke();
-    ctx.fillStyle = COL.end;
-    ctx.fillRect(x, y - s - 2, s + 2, s);
-  } else {
-    ctx.fillStyle = COL.note;
-    ctx.beginPath(); ctx.arc(x, y, s - 1, 0, 6.3); ctx.fill();
+    ctx.moveTo(x, y - s - 2); ctx.lineTo(x, y + s + 2);
   }
-  ctx.restore();
+}
+function iconFill(kind, x, y, s) {
+  if (kind === 'restart' || kind === 'replaced') {
+    ctx.moveTo(x, y - s - 1); ctx.lineTo(x + s + 1, y + s); ctx.lineTo(x - s - 1, y + s); ctx.closePath();
+  } else if (kind === 'audit' || kind === 'audit-failed') {
+    ctx.moveTo(x, y - s); ctx.lineTo(x + s, y); ctx.lineTo(x, y + s); ctx.lineTo(x - s, y); ctx.closePath();
+  } else if (kind === 'turned-away' || kind === 'refused') {
+    ctx.rect(x - s + 1, y - s + 1, 2 * s - 2, 2 * s - 2);
+  } else if (kind === 'end') {
+    ctx.rect(x, y - s - 2, s + 2, s);
+  } else {                                      // a note, and what this page does not know
+    ctx.moveTo(x + s - 1, y); ctx.arc(x, y, s - 1, 0, 6.3);
+  }
+}
+function icons(kind, xs, y, s) {        // the icons of one kind at xs (sets the line width and styles)
+  if (ICON_STROKE[kind]) {
+    ctx.lineWidth = 2;
+    ctx.strokeStyle = ICON_STROKE[kind];
+    ctx.beginPath();
+    for (const x of xs) iconStrokes(kind, x, y, s);
+    ctx.stroke();
+  }
+  if (ICON_FILL[kind] || !ICON_STROKE[kind]) {
+    ctx.fillStyle = ICON_FILL[kind] || COL.note;
+    ctx.beginPath();
+    for (const x of xs) iconFill(kind, x, y, s);
+    ctx.fill();
+  }
 }
 const WORD = {lost: 'lost', restart: 'restart', replaced: 'new pid', 'step-failed': 'failed',
   'audit-failed': 'audit failed', end: 'end', link: 'link', partition: 'cut off'};
 
-function drawMarks(list, y, h, seen, words) {
+function drawMarks(ix, y, h, seen, words) {
+  // the marks of `ix` in view; at most one of each kind a pixel (a flood of them costs the
+  // pixels it covers, not its length), every one of them counted as seen
   const tol = 4 * (v1 - v0) / (W - GX);
-  let lastX = -1e9, textEnd = -1e9;
-  for (const m of list) {
-    if (m.t < v0 - tol || m.t > v1 + tol || m.kind === 'rejoin-wait') continue;
+  const list = ix.items;
+  const lastX = {}, xs = {};
+  let textEnd = -1e9;
+  for (let j = inView(ix, v0 - tol); j < list.length && ix.t[j] <= v1 + tol; j++) {
+    const m = list[j];
+    if (m.t < v0 - tol || m.kind === 'rejoin-wait') continue;
     const x = X(m.t);
     seen.add(m.i);
-    if (x - lastX < 2 && m.kind !== 'lost' && m.kind !== 'restart') continue;
-    lastX = x;
-    icon(m.kind, x, y + h / 2, 4);
-    if (words && WORD[m.kind]) {
+    if (x - (lastX[m.kind] === undefined ? -1e9 : lastX[m.kind]) < 3) continue;
+    lastX[m.kind] = x;
+    (xs[m.kind] || (xs[m.kind] = [])).push(x);
+    if (words && WORD[m.kind] && x > textEnd) {
       ctx.font = 'bold ' + FONT;
       const lx = Math.max(x + 7, textEnd + 6);          // beside the last word, never over it
       const w = ctx.measureText(WORD[m.kind]).width;
@@ -416,31 +504,42 @@ function drawMarks(list, y, h, seen, words) {
       ctx.font = FONT;
     }
   }
+  for (const kind of Object.keys(xs)) icons(kind, xs[kind], y + h / 2, 4);
 }
 
 function drawSteps(y, h, st) {
   let i = lowerBound(stepA, v0 - stepMax);
   ctx.textAlign = 'center';
+  let lastX = -1e9;
   for (; i < nSteps && stepA[i] <= v1; i++) {
-    const w = box(stepA[i], stepB[i], y + 3, h - 6, ST.step[i] % 2 ? '#c9d2de' : '#dbe1ea');
-    if (!w) continue;
+    if (stepB[i] < v0) continue;
     st.steps++;
+    const x0 = X(stepA[i]), x1 = X(stepB[i]);
+    if (x1 - x0 < 1 && x0 - lastX < 1) continue;       // under a pixel already drawn
+    lastX = x0;
+    const w = box(stepA[i], stepB[i], y + 3, h - 6, ST.step[i] % 2 ? '#c9d2de' : '#dbe1ea');
     if (w > 22) {
-      const x0 = Math.max(GX, X(stepA[i])), x1 = Math.min(W, X(stepB[i]));
-      label(String(ST.step[i]), (x0 + x1) / 2, y + h / 2, x1 - x0 - 4, '#223');
+      const a = Math.max(GX, x0), b = Math.min(W, x1);
+      label(String(ST.step[i]), (a + b) / 2, y + h / 2, b - a - 4, '#223');
     }
   }
   ctx.textAlign = 'left';
+  lastX = -1e9;
   for (let j = lowerBound(idleA, v0 - idleMax); j < idle.length && idleA[j] <= v1; j++) {
     const r = idle[j];
+    if (X(r[3]) - X(r[2]) < 1 && X(r[2]) - lastX < 1) continue;
+    lastX = X(r[2]);
     const w = box(r[2], r[3], y + 5, h - 10, HATCH.idle);
     if (w > 40) {
       label('idle ' + (r[0] === r[1] ? r[0] : r[0] + '-' + r[1]), Math.max(GX, X(r[2])) + 3, y + h / 2,
         w - 6, '#556');
     }
   }
+  lastX = -1e9;
   for (let j = lowerBound(failedA, v0 - failedMax); j < failed.length && failedA[j] <= v1; j++) {
     const x = failed[j];
+    if (X(x.b) - X(x.a) < 1 && X(x.a) - lastX < 1) continue;
+    lastX = X(x.a);
     const w = box(x.a, x.b, y + h / 2, h / 2 - 3, '#e0504a');
     if (w > 50) label('step ' + x.step + ' failed', Math.max(GX, X(x.a)) + 3, y + h * 0.75, w - 6, '#fff');
   }
@@ -471,54 +570,154 @@ function drawSched(y, h, st, seen) {
     const x0 = Math.max(GX, X(D.startup[0])) + 3;
     if (w > 90) label('start-up: the ranks join', x0, y + h / 2, w - 6, '#445');
   }
-  for (const m of schedMarks) {
-    if (m.kind === 'rejoin-wait' && m.t <= v1 && m.t + m.dur >= v0) {
-      box(m.t, m.t + m.dur, y + 3, h - 6, HATCH.wait);
-      seen.add(m.i);
-    }
+  const list = schedMarks.items;
+  lastX = -1e9;
+  for (let j = inView(schedMarks, v0); j < list.length && schedMarks.t[j] <= v1; j++) {
+    const m = list[j];
+    if (m.kind !== 'rejoin-wait' || m.t + m.dur < v0) continue;
+    seen.add(m.i);
+    if (X(m.t + m.dur) - X(m.t) < 1 && X(m.t) - lastX < 1) continue;
+    lastX = X(m.t);
+    box(m.t, m.t + m.dur, y + 3, h - 6, HATCH.wait);
   }
   drawMarks(schedMarks, y, h, seen, false);
+}
+
+// a lane's spans of `ix` in view, each drawn by `each(x, w)`, at most one a pixel
+function spans(ix, each) {
+  const list = ix.items;
+  let lastX = -1e9;
+  for (let j = inView(ix, v0); j < list.length && ix.t[j] <= v1; j++) {
+    const s = list[j], a = ix.a(s), b = ix.b(s);
+    if (b < v0) continue;
+    const x0 = X(a), x1 = X(b);
+    if (x1 - x0 < 1 && x0 - lastX < 1) continue;
+    lastX = x0;
+    each(s, a, b);
+  }
+}
+
+function drawBands(L, y, sh, st) {
+  // a rank's processes and epochs in view: one band for each process in each epoch, labelled
+  // where there is room; bands under 3 px wide are drawn together, as one band of many epochs
+  const n = L.procA.length;
+  let j = Math.max(0, upperBound(L.procA, v0) - 1);
+  const px = (v1 - v0) / (W - GX);
+  let drawn = 0, steps = 0;
+  let denseA = null, denseB = 0, denseFrom = 0, denseTo = 0;
+  const flush = () => {
+    if (denseA === null) return;
+    drawn++;
+    const w = box(denseA, denseB, y + 1, sh, '#dde4ee');
+    ctx.fillStyle = '#7a8799';
+    ctx.fillRect(X(denseA), y + 1, 1, sh);
+    const room = Math.min(W, X(denseB)) - Math.max(GX, X(denseA)) - 5;
+    if (w && room > 40) {
+      label(denseFrom === denseTo ? 'epoch ' + denseFrom : 'epochs ' + denseFrom + '-' + denseTo,
+        Math.max(GX, X(denseA)) + 3, y + 1 + sh / 2, room, '#334155');
+    }
+    denseA = null;
+  };
+  for (; j < n && L.procA[j] <= v1 && steps < 8 * W; j++) {
+    if (L.procB[j] < v0) continue;
+    const m = L.own[j];
+    let a = Math.max(L.procA[j], v0 - px);
+    const end = Math.min(L.procB[j], v1 + px);
+    while (a < end && steps < 8 * W) {
+      steps++;
+      // the band from a to the next epoch's start (or the process's end); a pixel at least
+      const k = upperBound(epochT, a);
+      let b = k < epochT.length ? Math.min(end, epochT[k]) : end;
+      if (X(b) - X(a) < 1) b = Math.min(end, a + px);
+      const epoch = Math.max(epochAt(a), m[1]);
+      if (X(b) - X(a) < 3) {
+        if (denseA !== null && X(a) - X(denseB) >= 1) flush();
+        if (denseA === null) { denseA = a; denseFrom = epoch; }
+        denseB = b;
+        denseTo = epoch;
+        a = b;
+        continue;
+      }
+      flush();
+      drawn++;
+      const w = box(a, b, y + 1, sh, epoch % 2 ? '#d8e2f0' : '#e9eef5');
+      if (w) {
+        const x0 = Math.max(GX, X(a));
+        if (a > v0 - px) { ctx.fillStyle = '#7a8799'; ctx.fillRect(X(a), y + 1, 1, sh); }
+        const room = Math.min(W, X(b)) - x0 - 5;
+        if (room > 12) {
+          const host = txt(m[3]);
+          const long = 'pid ' + m[2] + ' \u00b7 epoch ' + epoch + (host ? ' \u00b7 ' + host : '');
+          const short = 'pid ' + m[2] + ' \u00b7 e' + epoch;
+          label(ctx.measureText(long).width <= room ? long : ctx.measureText(short).width <= room ? short
+            : m[2] + ' e' + epoch, x0 + 3, y + 1 + sh / 2, room, '#334155');
+        }
+      }
+      a = b;
+    }
+    if (X(L.procB[j]) - X(L.procA[j]) < 1) {
+      // the processes that begin within the next pixel end there too, but for the last of them
+      const last = upperBound(L.procA, L.procA[j] + px) - 1;
+      if (last - 1 > j) j = last - 1;
+    }
+  }
+  flush();
+  st.bands += drawn;
 }
 
 function drawRank(L, y, h, st, seen) {
   const sh = 12;
   ctx.fillStyle = laneOfRank.get(L.rank) % 2 ? '#fbfcfd' : '#ffffff';
   ctx.fillRect(GX, y, W - GX, h);
-  for (const b of L.bands) {
-    const w = box(b.a, b.b, y + 1, sh, b.epoch % 2 ? '#d8e2f0' : '#e9eef5');
-    if (!w) continue;
-    const x0 = Math.max(GX, X(b.a));
-    ctx.fillStyle = '#7a8799';
-    ctx.fillRect(X(b.a), y + 1, 1, sh);
-    const room = Math.min(W, X(b.b)) - x0 - 5;
-    const long = 'pid ' + b.pid + ' \u00b7 epoch ' + b.epoch + (b.host ? ' \u00b7 ' + b.host : '');
-    const short = 'pid ' + b.pid + ' \u00b7 e' + b.epoch;
-    label(ctx.measureText(long).width <= room ? long : ctx.measureText(short).width <= room ? short
-      : b.pid + ' e' + b.epoch, x0 + 3, y + 1 + sh / 2, room, '#334155');
-  }
+  drawBands(L, y, sh, st);
   const top = y + sh + 3, rh = h - sh - 6;
-  for (const s of L.hands) box(s.a, s.b, top, rh, COL.hand);
-  for (const m of L.waits) {
-    if (m.t > v1 || m.t + m.dur < v0) continue;
-    const w = box(m.t, m.t + m.dur, top, rh, HATCH.wait);
-    seen.add(m.i);
-    if (w > 70) label('waiting to rejoin', Math.max(GX, X(m.t)) + 3, top + rh / 2, w - 6, '#7a3d00');
+  spans(L.hands, (s, a, b) => box(a, b, top, rh, COL.hand));
+  spans(L.waits, (m, a, b) => {
+    const w = box(a, b, top, rh, HATCH.wait);
+    if (w > 70) label('waiting to rejoin', Math.max(GX, X(a)) + 3, top + rh / 2, w - 6, '#7a3d00');
+  });
+  for (let j = inView(L.waits, v0); j < L.waits.items.length && L.waits.t[j] <= v1; j++) {
+    const m = L.waits.items[j];
+    if (m.t + m.dur >= v0) seen.add(m.i);
   }
   const n = L.st.length;
   let j = lowerBound(L.st, v0 - L.maxDur);
-  let lastX = -1e9;
+  // round trips under a pixel wide are gathered by pixel column, each column drawn once in the
+  // colour of the worst of them (lost, failed, joined, void), and columns alike side by side
+  // drawn as one
+  const FILL = [COL.rtVoid, COL.rt, COL.rtFail, HATCH.lost];
+  let col = -1e9, worst = -1, runA = 0, runB = -1e9, runSev = -1;
+  const paint = () => {
+    if (runSev < 0) return;
+    ctx.fillStyle = FILL[runSev];
+    ctx.fillRect(runA, top, runB - runA + 1, rh);
+    runSev = -1;
+  };
+  const flush = () => {
+    if (worst < 0) return;
+    if (worst !== runSev || col !== runB + 1) { paint(); runA = col; runSev = worst; }
+    runB = col;
+    worst = -1;
+  };
   for (; j < n && L.st[j] <= v1; j++) {
     const x0 = X(L.st[j]), x1 = X(L.en[j]);
     if (x1 < GX) continue;
     const it = L.list[j];
     const lost = !(it.rt.back === it.rt.back);
     const w = x1 - x0;
-    if (w < 1 && x0 - lastX < 1 && it.x.ok) continue;
-    lastX = x0;
+    const sev = it.x.void ? 0 : lost ? 3 : it.x.ok ? 1 : 2;
     st.roundTrips++;
-    ctx.fillStyle = lost ? HATCH.lost : it.x.ok ? COL.rt : COL.rtFail;
-    ctx.fillRect(x0, top, Math.max(1, w), rh);
-    if (lost) {
+    if (w < 1) {
+      const c = Math.floor(x0);
+      if (c !== col) { flush(); col = c; }
+      worst = Math.max(worst, sev);
+      continue;
+    }
+    flush();
+    paint();
+    ctx.fillStyle = FILL[sev];
+    ctx.fillRect(x0, top, w, rh);
+    if (sev === 3) {
       ctx.strokeStyle = COL.lost; ctx.lineWidth = 1;
       ctx.strokeRect(x0 + 0.5, top + 0.5, Math.max(1, w - 1), rh - 1);
     }
@@ -531,24 +730,25 @@ function drawRank(L, y, h, st, seen) {
     }
     if (w > 60) {
       label('step ' + it.x.step + (it.x.ok ? '' : ': ' + it.x.verdict), Math.max(GX, x0) + 3,
-        top + rh * 0.22, Math.min(W, x1) - Math.max(GX, x0) - 6, '#223');
+        top + rh * 0.22, Math.min(W, x1) - Math.max(GX, x0) - 6, it.x.void ? '#667' : '#223');
     }
   }
-  for (const m of L.cuts) {     // a partition, over the round trips it cut: everything to and from it lost
-    if (m.t > v1 || m.t + m.dur < v0) continue;
+  flush();
+  paint();
+  // a partition, over the round trips it cut: everything to and from it lost
+  spans(L.cuts, (m, a, b) => {
     const cy = top + rh * 0.55, ch = rh * 0.45;
-    box(m.t, m.t + m.dur, cy, ch, '#ffffff');
-    const w = box(m.t, m.t + m.dur, cy, ch, HATCH.cut);
+    box(a, b, cy, ch, '#ffffff');
+    const w = box(a, b, cy, ch, HATCH.cut);
     ctx.strokeStyle = COL.cut; ctx.lineWidth = 1;
-    ctx.strokeRect(X(m.t) + 0.5, cy + 0.5, Math.max(1, X(m.t + m.dur) - X(m.t) - 1), ch - 1);
+    ctx.strokeRect(X(a) + 0.5, cy + 0.5, Math.max(1, X(b) - X(a) - 1), ch - 1);
     seen.add(m.i);
-    if (w > 90) label('cut off', Math.max(GX, X(m.t)) + 3, cy + ch / 2, w - 6, COL.cut);
-  }
-  for (const s of L.audits) {
-    if (s.b < v0 || s.a > v1) continue;
-    const w = box(s.a, s.b, top + rh * 0.25, rh * 0.5, COL.audit);
-    if (w > 40) label('audit', Math.max(GX, X(s.a)) + 3, top + rh / 2, w - 6, '#fff');
-  }
+    if (w > 90) label('cut off', Math.max(GX, X(a)) + 3, cy + ch / 2, w - 6, COL.cut);
+  });
+  spans(L.audits, (s, a, b) => {
+    const w = box(a, b, top + rh * 0.25, rh * 0.5, COL.audit);
+    if (w > 40) label('audit', Math.max(GX, X(a)) + 3, top + rh / 2, w - 6, '#fff');
+  });
   drawMarks(L.marks, y + sh, h - sh, seen, true);
 }
 
@@ -556,45 +756,57 @@ function drawCounter(tk, y, h) {
   ctx.fillStyle = '#fcfcfd';
   ctx.fillRect(GX, y, W - GX, h);
   const y0 = y + 4, yh = h - 8;
+  const Y = (val) => y0 + yh - (val / tk.max) * yh;
   for (const p of tk.parts) {
     const s = p[0], t = s.t, v = s.v, n = t.length;
     if (!n) continue;
     ctx.strokeStyle = p[1];
     ctx.lineWidth = 1.4;
     ctx.beginPath();
+    // a step line; where many values fall in one pixel column, its lowest and highest
     let i = Math.max(0, lowerBound(t, v0) - 1);
-    let started = false, lastY = 0;
+    let started = false, lastY = 0, col = -1e9, lo = 0, hi = 0;
     for (; i < n; i++) {
       const val = v[i];
       if (!(val === val)) continue;
       const x = X(t[i]);
-      const yy = y0 + yh - (val / tk.max) * yh;
-      if (!started) { ctx.moveTo(Math.max(GX, x), yy); started = true; } else {
+      const yy = Y(val);
+      if (!started) { ctx.moveTo(Math.max(GX, x), yy); started = true; col = Math.floor(x); lo = hi = yy; }
+      else if (Math.floor(x) === col) {
+        lo = Math.min(lo, yy); hi = Math.max(hi, yy);
+      } else {
+        if (lo !== hi) { ctx.lineTo(col, lo); ctx.lineTo(col, hi); }
         ctx.lineTo(x, lastY); ctx.lineTo(x, yy);
+        col = Math.floor(x); lo = hi = yy;
       }
       lastY = yy;
       if (x > W) break;
     }
-    if (started) ctx.lineTo(Math.min(W, X(t[n - 1])), lastY);
+    if (started) {
+      if (lo !== hi) { ctx.lineTo(col, lo); ctx.lineTo(col, hi); ctx.lineTo(col, lastY); }
+      ctx.lineTo(Math.min(W, X(t[n - 1])), lastY);
+    }
     ctx.stroke();
   }
 }
 
 function drawRequest(L, y, h, st) {
-  const segs = RQ.lanes[L.req] || [];
-  const fill = [COL.waiting, COL.running, COL.preempted];
+  const q = REQ[L.req];
+  if (!q || !q.n) return;
+  const fill = [COL.waiting, COL.running, COL.preempted, HATCH.changing];
+  let k = segmentAt(q, v0, 0);
+  if (k < 0) k = q.t[0] > v0 ? 0 : q.n;
   let lastX = -1e9;
-  for (let k = 0; k + 2 < segs.length; k += 3) {
-    if (segs[k + 2] < v0 || segs[k + 1] > v1) continue;
-    const x0 = X(segs[k + 1]);
-    if (X(segs[k + 2]) - x0 < 1 && x0 - lastX < 1) continue;
+  for (; k < q.n && q.t[k] <= v1; k++) {
+    const x0 = X(q.t[k]);
+    if (X(q.t[k + 1]) - x0 < 1 && x0 - lastX < 1) continue;
     lastX = x0;
-    box(segs[k + 1], segs[k + 2], y + 2, h - 3, fill[segs[k]] || '#ccc');
+    box(q.t[k], q.t[k + 1], y + 2, h - 3, fill[q.s[k]] || '#ccc');
     st.requests++;
   }
   const info = RQ.info[L.req];
-  if (info && info[1] >= 0 && segs.length) {
-    const x = X(segs[segs.length - 1]);
+  if (info && info[1] >= 0) {
+    const x = X(q.t[q.n]);
     if (x >= GX && x <= W) { ctx.fillStyle = '#222'; ctx.fillRect(x - 1, y + 1, 2, h - 1); }
   }
 }
@@ -630,14 +842,16 @@ function stepSpan(k) {
   const i = stepIdx.get(k);
   if (i !== undefined) { a = stepA[i]; b = stepB[i]; }
   for (const x of attemptsOf.get(k) || []) { a = Math.min(a, x.a); b = Math.max(b, x.b); }
-  for (const r of idle) if (r[0] <= k && k <= r[1]) { a = Math.min(a, r[2]); b = Math.max(b, r[3]); }
+  const r = idleOf(k);
+  if (r) { a = Math.min(a, r[2]); b = Math.max(b, r[3]); }
   return a <= b ? [a, b] : null;
 }
 
 function draw() {
   pending = false;
   frames++;
-  const st = {frames: frames, marks: {}, roundTrips: 0, steps: 0, phases: 0, requests: 0, lanes: 0};
+  const st = {frames: frames, marks: {}, roundTrips: 0, steps: 0, phases: 0, requests: 0, lanes: 0,
+    bands: 0};
   const seen = new Set();
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
   ctx.fillStyle = '#fff';
@@ -670,17 +884,25 @@ function draw() {
     ctx.fillStyle = '#e6e9ee';
     ctx.fillRect(GX, y + L.h - 1, W - GX, 1);
   }
-  // the losses and restarts, across every lane
-  for (const m of marks) {
-    if ((m.kind !== 'lost' && m.kind !== 'restart') || m.t < v0 || m.t > v1) continue;
+  // the losses and restarts, across every lane, a line a pixel at most of each kind; where more
+  // are in view than a line every few pixels, the lines would hide the lanes: not drawn then
+  const lastX = {lost: -1e9, restart: -1e9};
+  const across = acrossMarks.items;
+  const first = lowerBound(acrossMarks.t, v0);
+  const dense = upperBound(acrossMarks.t, v1) - first > (W - GX) / 4;
+  for (let j = first; !dense && j < across.length && acrossMarks.t[j] <= v1; j++) {
+    const m = across[j], x = X(m.t);
+    if (x - lastX[m.kind] < 1) continue;
+    lastX[m.kind] = x;
     ctx.fillStyle = m.kind === 'lost' ? 'rgba(214, 39, 40, 0.45)' : 'rgba(239, 125, 13, 0.45)';
-    ctx.fillRect(X(m.t), AX, 1, H - AX);
+    ctx.fillRect(x, AX, 1, H - AX);
   }
   ctx.restore();
   drawGutter();
   drawAxis();
   for (const i of seen) { const k = marks[i].kind; st.marks[k] = (st.marks[k] || 0) + 1; }
   stats = st;
+  linkTo();
 }
 
 function drawGutter() {
@@ -740,15 +962,29 @@ function laneAt(y) {
   for (const L of LANES) if (yy >= L.y && yy < L.y + L.h) return L;
   return null;
 }
-function nearMark(list, t, tol) {
-  let best = null, bd = Infinity;
-  for (const m of list) {
-    const inside = t >= m.t && t <= m.t + m.dur;
-    const d = m.kind === 'rejoin-wait' ? (inside ? 0 : Infinity)
-      : m.kind === 'partition' && inside ? 0 : Math.abs(m.t - t);
-    if (d <= tol && d < bd) { best = m; bd = d; }
+function nearMark(ixs, t, tol) {
+  // the mark of the lists `ixs` nearest t within tol (a wait or a cut: anywhere in its span)
+  let bd = Infinity, found = null;
+  for (const ix of [].concat(ixs)) {
+    const list = ix.items;
+    for (let j = inView(ix, t - tol); j < list.length && ix.t[j] <= t + tol; j++) {
+      const m = list[j];
+      const inside = t >= m.t && t <= m.t + m.dur;
+      const d = m.kind === 'rejoin-wait' ? (inside ? 0 : Infinity)
+        : m.kind === 'partition' && inside ? 0 : Math.abs(m.t - t);
+      if (d <= tol && d < bd) { found = m; bd = d; }
+    }
   }
-  return best;
+  return found;
+}
+function spanAt(ix, t, tol) {           // the last span of `ix` holding t (within tol), or null
+  let found = null;
+  const list = ix.items;
+  for (let j = inView(ix, t - tol); j < list.length && ix.t[j] <= t + tol; j++) {
+    const s = list[j];
+    if (t >= ix.a(s) - tol && t <= ix.b(s) + tol) found = s;
+  }
+  return found;
 }
 function markLines(m) {
   const out = [m.kind + ' at ' + at(m.t) + (m.step >= 0 ? ', step ' + m.step : '') +
@@ -817,7 +1053,8 @@ function hit(x, y) {
         ST.line[i] || 'nothing happened'].concat((attemptsOf.get(ST.step[i]) || []).map(wireLine)),
         step: ST.step[i]};
     }
-    for (const r of idle) {
+    for (let j = lowerBound(idleA, t - idleMax); j < idle.length && idleA[j] <= t; j++) {
+      const r = idle[j];
       if (t >= r[2] && t <= r[3]) {
         return {lines: ['steps ' + r[0] + '-' + r[1] + ': idle', 'empty plans, answered by the scheduler: ' +
           'no round trip'], step: r[0]};
@@ -845,29 +1082,24 @@ function hit(x, y) {
   }
   if (L.kind === 'rank') {
     const Rk = L.R;
-    const m = nearMark(Rk.marks.concat(Rk.waits), t, tol);
+    const m = nearMark([Rk.marks, Rk.waits], t, tol);
     if (m) return {lines: markLines(m), mark: m, step: m.step >= 0 ? m.step : null};
     if (ly < 14) {
-      for (const b of Rk.bands) {
-        if (t >= b.a && t <= b.b) {
-          return {lines: [L.label + ': pid ' + b.pid + ', epoch ' + b.epoch, b.host ? 'host ' + b.host
-            : 'on the scheduler\'s host', 'from ' + at(b.a) + ' to ' + at(b.b)]};
-        }
+      const b = bandAt(Rk, t);
+      if (b) {
+        return {lines: [L.label + ': pid ' + b.pid + ', epoch ' + b.epoch, b.host ? 'host ' + b.host
+          : 'on the scheduler\'s host', 'from ' + at(b.a) + ' to ' + at(b.b)]};
       }
     }
     const j = nearest(Rk.st, Rk.en, Rk.maxDur, t, tol);
     if (j >= 0) return {lines: rtLines(Rk.list[j]), step: Rk.list[j].x.step};
-    for (const s of Rk.audits) {
-      if (t >= s.a - tol && t <= s.b + tol) {
-        return {lines: ['audit at step ' + s.step + ': ' + L.label + ' sent its shard, ' + hb(s.bytes),
-          ft(s.b - s.a) + ' from ' + at(s.a)], step: s.step};
-      }
+    const s = spanAt(Rk.audits, t, tol);
+    if (s) {
+      return {lines: ['audit at step ' + s.step + ': ' + L.label + ' sent its shard, ' + hb(s.bytes),
+        ft(s.b - s.a) + ' from ' + at(s.a)], step: s.step};
     }
-    for (const s of Rk.hands) {
-      if (t >= s.a - tol && t <= s.b + tol) {
-        return {lines: [L.label + ' joined: HELLO to READY in ' + ft(s.b - s.a), 'from ' + at(s.a)]};
-      }
-    }
+    const hs = spanAt(Rk.hands, t, tol);
+    if (hs) return {lines: [L.label + ' joined: HELLO to READY in ' + ft(hs.b - hs.a), 'from ' + at(hs.a)]};
     return null;
   }
   if (L.kind === 'counter') {
@@ -880,17 +1112,22 @@ function hit(x, y) {
     return {lines: out};
   }
   if (L.kind === 'req') {
-    const segs = RQ.lanes[L.req] || [];
-    const NAMES = ['waiting', 'running', 'preempted'];
-    for (let k = 0; k + 2 < segs.length; k += 3) {
-      if (t >= segs[k + 1] - tol && t <= segs[k + 2] + tol) {
-        return {lines: [L.label + ': ' + NAMES[segs[k]] + ' for ' + ft(segs[k + 2] - segs[k + 1]),
-          'from ' + at(segs[k + 1])].concat(requestLines(L.req).slice(1)), req: L.req};
-      }
+    const q = REQ[L.req];
+    const k = q ? segmentAt(q, t, tol) : -1;
+    if (k >= 0) {
+      return {lines: [L.label + ': ' + segmentWords(L.req, k) + ' for ' + ft(q.t[k + 1] - q.t[k]),
+        'from ' + at(q.t[k])].concat(requestLines(L.req).slice(1)), req: L.req};
     }
     return {lines: requestLines(L.req), req: L.req};
   }
   return null;
+}
+function segmentWords(i, k) {             // "running", or what a coarse stretch stands for
+  const q = REQ[i], info = RQ.info[i] || [];
+  const state = STATES[q.s[k]] || '?';
+  if (q.s[k] !== 3) return state;
+  return 'changing state (waiting and running by turns: the page keeps this lane at ' +
+    (info[5] || 2) + '-step resolution)';
 }
 function requestLines(i) {
   const info = RQ.info[i] || [-1, -1, '', 0, 0];
@@ -995,13 +1232,13 @@ function showStep(k) {
       table(P, ['counter', '', 'counter', ''], rows, new Set([1, 3]));
     }
   }
-  for (const r of idle) {
-    if (r[0] <= k && k <= r[1]) {
-      add(P, 'div', 'sub', 'idle: steps ' + r[0] + '-' + r[1] + ', empty plans answered by the scheduler: ' +
-        'no round trip');
-    }
+  const quiet = idleOf(k);
+  if (quiet) {
+    add(P, 'div', 'sub', 'idle: steps ' + quiet[0] + '-' + quiet[1] + ', empty plans answered by the ' +
+      'scheduler: no round trip');
   }
   const list = attemptsOf.get(k) || [];
+  const atStep = marksOfStep.get(k) || [];
   const shown = new Set();
   for (const x of list) {
     const plan = x.plan >= 0 ? (D.plans || [])[x.plan] : null;
@@ -1014,17 +1251,18 @@ function showStep(k) {
     } else if (typeof plan === 'string') add(P, 'div', 'mono', plan);
     else planTable(plan);
     resultTables(x);
-    add(P, 'div', 'join ' + (x.ok ? 'ok' : 'bad'), 'join: ' + x.verdict);
-    for (const m of marks) {
-      if (m.step === k && m.epoch === x.epoch && !shown.has(m.i)) { shown.add(m.i); eventLine(m); }
+    add(P, 'div', 'join ' + (x.ok ? 'ok' : x.void ? 'void' : 'bad'), 'join: ' + x.verdict +
+      (x.void ? ' \u2014 not a failure: a plan sent ahead is void when its epoch ends before it is read' : ''));
+    for (const m of atStep) {
+      if (m.epoch === x.epoch && !shown.has(m.i)) { shown.add(m.i); eventLine(m); }
     }
   }
-  const rest = marks.filter((m) => m.step === k && !shown.has(m.i));
+  const rest = atStep.filter((m) => !shown.has(m.i));
   if (rest.length) {
     add(P, 'h3', '', 'events at step ' + k);
     rest.forEach(eventLine);
   }
-  if (!list.length && i === undefined && !idle.some((r) => r[0] <= k && k <= r[1])) {
+  if (!list.length && i === undefined && !quiet) {
     add(P, 'div', 'sub', 'no step ' + k + ' in the log');
   }
   add(P, 'div', 'sub', 'the same as `inferris-dist inspect WIRELOG --step ' + k + '` prints');
@@ -1037,13 +1275,18 @@ function showRequest(i) {
   const lines = requestLines(i);
   add(P, 'h2', '', lines[0]);
   lines.slice(1).forEach((l) => add(P, 'div', '', l));
-  const segs = RQ.lanes[i] || [];
-  const NAMES = ['waiting', 'running', 'preempted'];
+  const q = REQ[i];
   const rows = [];
-  for (let k = 0; k + 2 < segs.length && rows.length < 400; k += 3) {
-    rows.push({cells: [NAMES[segs[k]] || '?', at(segs[k + 1]), ft(segs[k + 2] - segs[k + 1])]});
+  for (let k = 0; q && k < q.n && rows.length < 400; k++) {
+    rows.push({cells: [STATES[q.s[k]] || '?', at(q.t[k]), ft(q.t[k + 1] - q.t[k])]});
   }
+  if (q && q.n > rows.length) rows.push({cells: ['...', '', ''], rest: (q.n - rows.length) + ' more'});
   table(P, ['state', 'from', 'for'], rows, new Set([1, 2]));
+  if (RQ.info[i] && RQ.info[i][5]) {
+    add(P, 'div', 'sub', 'this lane changed state more often than the page\'s budget for lanes allows: it ' +
+      'is kept at ' + RQ.info[i][5] + '-step resolution, a stretch in which it changed state being one ' +
+      '"changing" segment');
+  }
   dirty();
 }
 function showMark(m) {
@@ -1080,7 +1323,8 @@ function showRun() {
   put('status', M.status);
   put('error', M.error);
   put('messages', M.messages + ' (' + hb(M.bytes_out) + ' out, ' + hb(M.bytes_in) + ' in)');
-  put('steps', nSteps + ' committed, ' + attempts.length + ' attempts (' + failed.length + ' failed)');
+  put('steps', nSteps + ' committed, ' + attempts.length + ' attempts (' + failed.length + ' failed' +
+    (voided.length ? ', ' + voided.length + ' void: sent ahead, never read' : '') + ')');
   for (const o of M.offsets || []) put('clock of rank ' + o[0] + ' (pid ' + o[1] + ')', o[2] + ' \u00b5s');
   table(P, ['', ''], rows, new Set()).className = 'wrap';
   add(P, 'div', 'sub', 'Click a step (the top lane, a round trip or a phase) for its plan item by item, ' +
@@ -1100,7 +1344,8 @@ function header() {
   if (M.policy) parts.push('on rank loss: ' + M.policy);
   if (M.faults && M.faults.length) parts.push('faults ' + M.faults.join(' '));
   if (M.requests !== null && M.requests !== undefined) parts.push(M.requests + ' requests');
-  parts.push(nSteps + ' steps committed in ' + attempts.length + ' attempts');
+  parts.push(nSteps + ' steps committed in ' + attempts.length + ' attempts' +
+    (failed.length ? ' (' + failed.length + ' failed)' : ''));
   const lost = markCount.lost || 0, restarts = markCount.restart || 0;
   if (lost || restarts) parts.push(lost + ' loss' + (lost === 1 ? '' : 'es') + ', ' + restarts + ' restart' +
     (restarts === 1 ? '' : 's'));
@@ -1253,6 +1498,54 @@ document.addEventListener('keydown', (e) => {
 if (window.ResizeObserver) new ResizeObserver(resize).observe(plot);
 window.addEventListener('resize', resize);
 
+// -- links: PAGE#step=K opens step K, PAGE#t=A-B shows seconds A to B of the run (since its
+// start, as the axis counts them), and both may be given (#step=K&t=A-B). Once the page is up,
+// the address follows what is shown, so that it is a link to it.
+const NUM = '(\\d{1,12}(?:\\.\\d{0,9})?|\\.\\d{1,9})';
+const RANGE = new RegExp('^' + NUM + '-' + NUM + '$');
+function parseLink(hash) {
+  const out = {};
+  for (const part of String(hash).replace(/^#/, '').split('&')) {
+    const eq = part.indexOf('=');
+    const key = part.slice(0, eq), value = part.slice(eq + 1);
+    if (key === 'step' && /^\d{1,15}$/.test(value)) out.step = parseInt(value, 10);
+    const r = key === 't' ? RANGE.exec(value) : null;
+    if (r && parseFloat(r[2]) > parseFloat(r[1])) out.t = [parseFloat(r[1]) * 1e6, parseFloat(r[2]) * 1e6];
+  }
+  return out;
+}
+let linkOn = false, linkTimer = 0, linkFirst = '';
+function linkOf() {
+  const w = Math.max(1e-6, (v1 - v0) / 1e6);
+  const d = Math.max(0, Math.min(6, Math.ceil(-Math.log10(w)) + 3));
+  const t = 't=' + Math.max(0, v0 / 1e6).toFixed(d) + '-' + Math.max(0, v1 / 1e6).toFixed(d);
+  return '#' + (selStep !== null ? 'step=' + selStep + '&' : '') + t;
+}
+function linkTo() {                     // the address, once what is shown has settled
+  if (!linkOn) return;
+  clearTimeout(linkTimer);
+  linkTimer = setTimeout(() => {
+    const hash = linkOf();
+    if (hash === location.hash || (!location.hash && hash === linkFirst)) return;
+    try {
+      history.replaceState(history.state, '', hash);
+    } catch (err) {
+      linkOn = false;                   // a page that may not rewrite its own address: left as it is
+    }
+  }, 300);
+}
+function applyLink() {
+  const l = parseLink(location.hash);
+  if (l.step !== undefined) {
+    showStep(l.step);
+    if (!l.t) focusStep(l.step);
+  }
+  if (l.t) { v0 = l.t[0]; v1 = l.t[1]; clampX(); }
+  draw();
+  return l;
+}
+window.addEventListener('hashchange', applyLink);
+
 // -- what a test (or a curious engineer) may read ----------------------------------------------
 function stepPoint(k) {
   const s = stepSpan(k);
@@ -1290,17 +1583,24 @@ window.inferrisPage = Object.freeze({
   get frames() { return frames; },
   get selected() { return selStep; },
   get view() { return [v0, v1, sy]; },
+  voidAttempts: voided.length,
+  fitSpan: fitSpan.slice(),
   stepPoint: stepPoint,
   focusStep: focusStep,
   fit: () => { fit(); draw(); },
   setView: (a, b, y) => { v0 = a; v1 = b; if (y !== undefined) { sy = y; clampY(); } clampX(); draw(); },
+  scrollTo: (y) => { sy = y; clampY(); draw(); },
   select: (k) => showStep(k),
+  parseLink: parseLink,
 });
 
 header();
 showRun();
 fit();
 resize();
+if (given === undefined) applyLink();   // a live page drawn again with news keeps its own view
+linkFirst = linkOf();
+linkOn = true;
 document.body.dataset.ready = '1';
 if (window.inferrisLive) window.inferrisLive.rendered(page);   // served live: draw again with news
 })();
