@@ -32,7 +32,8 @@ def test_every_example_is_run_here():
     ran = {"library.py", "serving.py", "bench_boundary.py", "bench_overlap.py", "bench_hosts.py",
            "bench_serve.py", "bench_chaos.py", "faults.sh", "faulty.spec.json",   # faults.sh's workload
            "bare_echo.py",                            # bench_boundary.py's transport floor
-           "test_my_executor.py"}                     # test_testing_api.py: pytest in a clean venv
+           "test_my_executor.py",                     # test_testing_api.py: pytest in a clean venv
+           "bench_page.py"}                           # test_page_scale.py
     assert {p.name for p in EXAMPLES.iterdir() if p.is_file()} == ran
 
 

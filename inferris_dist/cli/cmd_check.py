@@ -37,12 +37,12 @@ from typing import TextIO
 from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK
 from inferris_dist.cli.render import shown
 from inferris_dist.engine import WorkloadError
-from inferris_dist.observe.check import NotTheRunsWorkload, check_log
 
 JSON_HELP = __doc__[__doc__.index("--json:"):]      # the shape, for `check --help`
 
 
 def run_check(path: str, spec: str | None, out: TextIO, as_json: bool = False) -> int:
+    from inferris_dist.observe.check import NotTheRunsWorkload, check_log  # only when checking
     workload = None
     if spec is not None:
         from inferris_dist.cli.workload_source import workload_from_flags
