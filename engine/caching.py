@@ -84,8 +84,7 @@ def publish(req: Request, cache: RadixCache, pool: PagePool, keys: KeyTable) -> 
     _, node, resident = cache.match(chain, complete, node, depth)
     if resident < complete:
         own = req.page_table[resident:complete]
-        for page in own:
-            pool.give_to_cache(page)
+        pool.give_pages_to_cache(own)
         node = cache.insert_below(node, chain[resident:complete], own, pool.refs)
     req.cache_cursor = (node, complete)
     return complete - resident

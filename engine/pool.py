@@ -108,8 +108,13 @@ class PagePool:
 
     def give_to_cache(self, page: int) -> None:
         """A published page: still mapped by the request that wrote it."""
-        self.owner[page] = CACHE
-        self.refs[page] = 1
+        self.give_pages_to_cache((page,))
+
+    def give_pages_to_cache(self, pages) -> None:
+        owner, refs = self.owner, self.refs
+        for page in pages:
+            owner[page] = CACHE
+            refs[page] = 1
 
     def map_cached(self, page: int) -> None:
         self.refs[page] += 1

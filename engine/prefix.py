@@ -37,7 +37,9 @@ stores only what it adds:
   the rest are skipped when popped, like the entries of nodes that have since
   gained a child or a mapping. When stale entries outnumber live ones the heap
   is rebuilt, so it stays O(queued nodes). An eviction costs O(log n)
-  amortised, not a tree walk.
+  amortised, not a tree walk; a parent left an unmapped leaf by the eviction
+  of its last child is the first leaf in tree order then, so when more pages
+  are wanted it goes next without passing through the heap.
 
 Per node: the Node (key, page, parent, children, its insertion number among
 its siblings, a label, two links) and one exit token (a label, two links);
@@ -293,12 +295,24 @@ class RadixCache:
                 continue                     # stale: relabelled since, or already popped
             node.queued = False
             self._num_queued -= 1
-            if node.alive and not node.children and refs[node.page] == 0:
+            if not (node.alive and not node.children and refs[node.page] == 0):
+                continue
+            while True:
                 parent = node.parent
                 self._remove(node)
-                if parent is not root and not parent.children and refs[parent.page] == 0:
-                    self._queue(parent)
                 pages.append(node.page)
+                if parent is root or parent.children or refs[parent.page] != 0:
+                    break
+                if len(pages) == num_wanted:
+                    self._queue(parent)
+                    break
+                # The parent, now an unmapped leaf, is the first in tree order: it comes before
+                # the leaf just removed, and every live entry left in the heap comes after that
+                # leaf. So it goes next, without a round trip through the heap.
+                if parent.queued:
+                    parent.queued = False
+                    self._num_queued -= 1
+                node = parent
         return pages
 
     def _remove(self, node: Node) -> None:

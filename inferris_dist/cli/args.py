@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 
 from inferris_dist.protocol.limits import MAX_SECONDS, int_arg, seconds_arg, valid_seconds
 
@@ -40,6 +39,7 @@ class Parser(argparse.ArgumentParser):
         return namespace, extras
 
     def unknown(self, extras: list[str]) -> str:
+        import difflib
         flags = [x.split("=", 1)[0] for x in extras if x.startswith("-")]
         if not flags:
             return f"unrecognized arguments: {' '.join(extras)}"
