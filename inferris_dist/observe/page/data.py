@@ -212,7 +212,8 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
                      f"lines and request lanes: {said}")
     if requests["coarse"]:
         notes.append(f"{requests['coarse']} request lane(s) changed state more often than their share of "
-                     f"the page's budget for lanes ({SEGMENT_BUDGET} segments in all) allows: "
+                     f"the page's budget for lanes ({SEGMENT_BUDGET} segments in all, {requests['share']} a "
+                     f"lane) allows: "
                      f"{requests['changes']} segments drawn as {requests['segments']}, each stretch of up "
                      f"to {requests['coarsest']} steps in which a lane changed state as one \"changing\" "
                      f"segment")
@@ -351,4 +352,4 @@ def _requests(lanes: Lanes, span_of: list[tuple[int, int]], number_of: list[int]
     more = lanes.total - n
     return {"ids": [shown(r[:MAX_TEXT]) for r in lanes.ids], "lanes": out, "info": info,
             "total": lanes.total, "more": more, "counted_all": not lanes.more_than_counted,
-            "changes": changes, "segments": kept, "coarse": coarse, "coarsest": coarsest}
+            "changes": changes, "segments": kept, "coarse": coarse, "coarsest": coarsest, "share": cap}
