@@ -3,8 +3,11 @@
 One JSON object (`page_data`): times in integer microseconds from the run's start (the `run`
 record's time), texts as indices into one table of strings, attempts with their round trips
 placed on the scheduler's clock (a rank elsewhere by the offset of its fastest round trip),
-the committed steps with their counters and lines, a lane per request, the marks, and the
-notes saying what was skipped or past a bound. Nothing here reads the log again: it works
+the committed steps with their counters and lines, a lane per request (its first time, then
+each segment's state and length: each lane within its share of SEGMENT_BUDGET, `runs` making
+one that changed state more often coarser), the marks, where each epoch began, the stretch
+"fit" shows (the steps, not the start-up), and the notes saying what was skipped or past a
+bound. Nothing here reads the log again: it works
 from the model's bounded state only, so the page's size is bounded as the model is.
 """
 from __future__ import annotations
