@@ -54,8 +54,9 @@ def build(log: Path, page: Path, source: str | None) -> tuple[float, int]:
     env = dict(os.environ)
     if source:
         env["PYTHONPATH"] = source + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run([sys.executable, "-c", BUILD, str(log), str(page)], env=env, capture_output=True,
-                          text=True, check=True)
+    # run from the log's directory: the checkout the bench runs in is not put first on the path
+    done = subprocess.run([sys.executable, "-c", BUILD, str(log.resolve()), str(page.resolve())], env=env,
+                          cwd=log.parent, capture_output=True, text=True, check=True)
     took, rss = done.stdout.split()
     return float(took), int(rss)
 

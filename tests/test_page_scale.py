@@ -44,8 +44,8 @@ def opened(browser, page: Path) -> float:
 def frames(browser) -> dict[str, float]:
     """The worst of three of each kind of frame, in ms: the whole run, a tenth of it, a pan, the
     lanes scrolled half way down, a step close up."""
-    view = browser.evaluate("inferrisPage.fitSpan")
-    a, z = view
+    browser.evaluate("inferrisPage.fit()")
+    a, z, _ = browser.evaluate("inferrisPage.view")
     mid, tenth = (a + z) / 2, (z - a) / 10
     every = browser.evaluate("inferrisPage.lanes()")
     half = (every[-1]["y"] + every[-1]["h"]) // 2
@@ -53,7 +53,7 @@ def frames(browser) -> dict[str, float]:
     kinds = {"fit": "inferrisPage.fit()",
              "tenth": f"inferrisPage.setView({mid - tenth / 2}, {mid + tenth / 2})",
              "pan": f"inferrisPage.setView({mid - tenth / 6}, {mid + tenth * 5 / 6})",
-             "scrolled": f"inferrisPage.scrollTo({half})",
+             "scrolled": f"inferrisPage.setView({mid - tenth / 6}, {mid + tenth * 5 / 6}, {half})",
              "step": f"inferrisPage.focusStep({steps[len(steps) // 2] if steps else 0})"}
     return {k: max(browser.evaluate(FRAME % what, timeout=60) for _ in range(3)) for k, what in kinds.items()}
 

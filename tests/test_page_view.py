@@ -75,12 +75,15 @@ def test_a_link_opens_a_step_and_a_time_range(browser, voided):
     assert browser.evaluate("inferrisPage.selected") == 3
     assert "step 3, epoch 0: plan of" in browser.evaluate("document.getElementById('detail').innerText")
     assert browser.evaluate("inferrisPage.stepPoint(3)") is not None          # and it is in view
-    opened(browser, out, "t=0.25-0.27")
+    ms = min(a[2] for a in data_of(out.read_text())["attempts"]) // 1000      # the first plan, in ms
+    opened(browser, out, f"t={ms / 1000:.3f}-{(ms + 20) / 1000:.3f}")
     v0, v1, _ = browser.evaluate("inferrisPage.view")
-    assert (round(v0), round(v1)) == (250_000, 270_000) and browser.evaluate("inferrisPage.selected") is None
-    opened(browser, out, "step=4&t=0.2-0.3")
+    assert (round(v0), round(v1)) == (ms * 1000, (ms + 20) * 1000)
+    assert browser.evaluate("inferrisPage.selected") is None
+    opened(browser, out, f"step=4&t={(ms - 10) / 1000:.3f}-{(ms + 30) / 1000:.3f}")
     v0, v1, _ = browser.evaluate("inferrisPage.view")
-    assert (round(v0), round(v1)) == (200_000, 300_000) and browser.evaluate("inferrisPage.selected") == 4
+    assert (round(v0), round(v1)) == ((ms - 10) * 1000, (ms + 30) * 1000)
+    assert browser.evaluate("inferrisPage.selected") == 4
     for nonsense in ("step=1e400&t=9-1", "t=abc", "step=-3", "t=1-2-3&x=%3Cscript%3E", "=&&="):
         opened(browser, out, nonsense)
         assert browser.evaluate("inferrisPage.selected") is None, nonsense

@@ -14,8 +14,11 @@ data is one JSON block, read by the script with JSON.parse; every text from the 
 on the page as text (textContent), never as markup.
 
 The page's size is bounded whatever the log holds: a plan sent to every rank of an attempt
-is kept once, identical results once, and past a budget the detail (plan and result
-bodies, then round trips) is dropped, with a note at the top of the page that says so.
+is kept once, identical results once, every kind of span and mark has its budget (model.py),
+and past a budget the detail is dropped, with a note at the top of the page that says so,
+by kind. What building and drawing the page cost is bounded too: no number from the log sizes
+a loop or an allocation, and the page's script finds what is in view by binary search and
+draws at most one thing of a kind a pixel.
 The log is read as a careful reader would (observe/logread, lenient): lines longer than
 MAX_LINE are skipped, at most MAX_READ bytes are read, a line that is not a record (or a
 record that is malformed) is skipped and counted, a line cut short at the end is said to be
@@ -29,8 +32,13 @@ The parts: model.py reads the records into bounded state, data.py makes the page
 it, and this module puts the data in the page: page.html with page.css and page.js (package
 data, each put in whole, allowed by its hash) around it.
 
-The page keeps a read-only `window.inferrisPage` (lanes, steps, marks, what the last frame
-drew, stepPoint(K), focusStep(K), setView(a, b)) for tests, and for anyone at its console.
+A link opens the page on a step (PAGE#step=K) or a stretch of the run (PAGE#t=A-B, seconds
+since it began), or both (#step=K&t=A-B); once up, the page's address follows what it shows.
+
+The page keeps a read-only `window.inferrisPage` (lanes, steps, marks, attempts failed and
+void, what the last frame drew, the stretch "fit" shows, stepPoint(K), focusStep(K),
+setView(a, b, y), scrollTo(y), select(K), parseLink(hash)) for tests, and for anyone at its
+console.
 """
 from __future__ import annotations
 

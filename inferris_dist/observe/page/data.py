@@ -3,8 +3,11 @@
 One JSON object (`page_data`): times in integer microseconds from the run's start (the `run`
 record's time), texts as indices into one table of strings, attempts with their round trips
 placed on the scheduler's clock (a rank elsewhere by the offset of its fastest round trip),
-the committed steps with their counters and lines, a lane per request, the marks, and the
-notes saying what was skipped or past a bound. Nothing here reads the log again: it works
+the committed steps with their counters and lines, a lane per request (its first time, then
+each segment's state and length: each lane within its share of SEGMENT_BUDGET, `runs` making
+one that changed state more often coarser), the marks, where each epoch began, the stretch
+"fit" shows (the steps, not the start-up), and the notes saying what was skipped or past a
+bound. Nothing here reads the log again: it works
 from the model's bounded state only, so the page's size is bounded as the model is.
 """
 from __future__ import annotations
@@ -212,7 +215,8 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
                      f"lines and request lanes: {said}")
     if requests["coarse"]:
         notes.append(f"{requests['coarse']} request lane(s) changed state more often than their share of "
-                     f"the page's budget for lanes ({SEGMENT_BUDGET} segments in all) allows: "
+                     f"the page's budget for lanes ({SEGMENT_BUDGET} segments in all, {requests['share']} a "
+                     f"lane) allows: "
                      f"{requests['changes']} segments drawn as {requests['segments']}, each stretch of up "
                      f"to {requests['coarsest']} steps in which a lane changed state as one \"changing\" "
                      f"segment")
@@ -351,4 +355,4 @@ def _requests(lanes: Lanes, span_of: list[tuple[int, int]], number_of: list[int]
     more = lanes.total - n
     return {"ids": [shown(r[:MAX_TEXT]) for r in lanes.ids], "lanes": out, "info": info,
             "total": lanes.total, "more": more, "counted_all": not lanes.more_than_counted,
-            "changes": changes, "segments": kept, "coarse": coarse, "coarsest": coarsest}
+            "changes": changes, "segments": kept, "coarse": coarse, "coarsest": coarsest, "share": cap}

@@ -5,8 +5,12 @@ holds (a field of the wrong type, a number that is not one, a hostile text), it 
 used, bounded and cleaned, or skipped and counted (`malformed`, `unknown`); it never raises.
 What is kept is bounded whatever the log holds: each kind of thing has its cap (MAX_*), and
 texts and bodies have byte budgets, each distinct one kept once; what is past a bound is
-counted, for a note at the top of the page (data.py says it). The builder keeps times in the
-scheduler's seconds; data.py turns them into the page's microseconds.
+counted, for a note at the top of the page (data.py says it). Nothing is sized by a number
+the log holds (a rank, a step, a count, a duration): what a record costs is what its bytes
+cost. A step's trace is not kept: its line is said as it comes (within LINE_BUDGET) and its
+request lanes written one byte a step (`Lanes`); what of a trace cannot be used is left out and
+counted. The builder keeps times in the scheduler's seconds; data.py turns them into the
+page's microseconds.
 """
 from __future__ import annotations
 

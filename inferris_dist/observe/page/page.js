@@ -1367,6 +1367,11 @@ function header() {
     ['rejoin wait', COL.wait], ['lost', COL.lost], ['restart', COL.restart], ['link, cut off', COL.link],
     ['waiting', COL.waiting],
     ['running', COL.running], ['preempted', COL.preempted]];
+  if (voided.length) items.splice(6, 0, ['void (sent ahead)', COL.rtVoid]);
+  if (RQ.coarse) {
+    items.push(['changing (kept coarser)', 'repeating-linear-gradient(135deg, ' + COL.running + ' 0 2px, ' +
+      COL.waiting + ' 2px 5px)']);
+  }
   for (const it of items) {
     const sw = add(lg, 'span', 'sw', '');
     sw.style.background = it[1];
