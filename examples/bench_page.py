@@ -1,13 +1,14 @@
 """What the page costs: synthetic wire logs that strain it, their pages built and opened in
 headless Chromium.
 
-    python examples/bench_page.py [--logs restarts,real32,lanes] [--frames 9] [--keep DIR]
+    python examples/bench_page.py [--logs restarts,real32,lanes] [--frames 9] [--scale 1] [--keep DIR]
 
 The logs (tests/helpers/pagelogs.py writes them in the writer's format):
 - restarts: 128 ranks, 10,000 restarts (each a loss, a failed attempt, a new member and the
   step joined again), no message logged;
 - real32: 32 ranks, 1,500 restarts, every plan, result and handshake logged;
 - lanes: 200 request lanes changing state at every step for 40,000 steps.
+(`--scale F`: F times as many restarts and steps.)
 
 For each: the log's size; the page's build (`inferris-dist html`, in a process of its own:
 its wall time and peak RSS) and size; in the browser (/usr/bin/chromium, driven as the page
@@ -33,11 +34,11 @@ sys.path.insert(0, str(REPO))
 from tests.helpers.browser import CHROMIUM, Browser  # noqa: E402  (the page tests' browser client)
 from tests.helpers.pagelogs import lanes_log, restarts_log  # noqa: E402
 
-LOGS = {
-    "restarts": ("128 ranks x 10,000 restarts", lambda p: restarts_log(p, 128, 10_000)),
-    "real32": ("32 ranks x 1,500 restarts, with messages",
-               lambda p: restarts_log(p, 32, 1_500, messages=True)),
-    "lanes": ("200 request lanes x 40,000 steps", lambda p: lanes_log(p, 200, 40_000)),
+LOGS = {           # name: (what it is, its writer given a path and how many restarts or steps)
+    "restarts": ("128 ranks x {:,} restarts", 10_000, lambda p, n: restarts_log(p, 128, n)),
+    "real32": ("32 ranks x {:,} restarts, with messages", 1_500,
+               lambda p, n: restarts_log(p, 32, n, messages=True)),
+    "lanes": ("200 request lanes x {:,} steps", 40_000, lambda p, n: lanes_log(p, 200, n)),
 }
 BUILD = """
 import resource, sys, time
@@ -103,6 +104,7 @@ def main() -> int:
     ap.add_argument("--keep", metavar="DIR", help="write the logs and pages there (and keep them)")
     ap.add_argument("--source", metavar="DIR", help="build the pages with the inferris_dist in DIR")
     ap.add_argument("--no-browser", action="store_true", help="build the pages only")
+    ap.add_argument("--scale", type=float, default=1.0, help="this many times the restarts and steps")
     args = ap.parse_args()
     browse = not args.no_browser
     if browse and not Path(CHROMIUM).exists():
@@ -111,9 +113,11 @@ def main() -> int:
     where = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-page-"))
     where.mkdir(parents=True, exist_ok=True)
     for name in args.logs.split(","):
-        what, write = LOGS[name]
+        what, count, write = LOGS[name]
+        count = max(2, round(count * args.scale))
+        what = what.format(count)
         log, page = where / f"{name}.log", where / f"{name}.html"
-        write(log)
+        write(log, count)
         took, rss = build(log, page, args.source)
         print(f"{name}: {what}: log {log.stat().st_size / 1e6:.1f} MB, "
               f"page {page.stat().st_size / 1e6:.2f} MB, built in {took:.1f} s, "

@@ -30,7 +30,8 @@ def example(name: str, *args, cwd, timeout: float = 90) -> str:
 
 def test_every_example_is_run_here():
     ran = {"library.py", "serving.py", "bench_boundary.py", "bench_overlap.py", "bench_hosts.py",
-           "bench_serve.py", "bench_chaos.py", "faults.sh", "faulty.spec.json",   # faults.sh's workload
+           "bench_serve.py", "bench_chaos.py", "bench_page.py", "faults.sh",
+           "faulty.spec.json",                        # faults.sh's workload
            "bare_echo.py",                            # bench_boundary.py's transport floor
            "test_my_executor.py",                     # test_testing_api.py: pytest in a clean venv
            "bench_page.py"}                           # test_page_scale.py
@@ -89,6 +90,15 @@ def test_bench_chaos(tmp_path):
     assert re.search(r"^chaos \(one process, one shared template\)\s+6\s+\d+\s+[\d.]+\s+\d+$", out, re.M), out
     assert re.search(r"^a loop of inferris-dist compare\s+2\s+\d+\s+[\d.]+\s+\d+$", out, re.M), out
     assert "chaos is " in out and "one fault-free run, taken apart:" in out, out
+
+
+def test_bench_page(tmp_path):
+    out = example("bench_page.py", "--scale", 0.01, "--frames", 1, cwd=tmp_path)
+    built = r"^(\w+): .*: log [\d.]+ MB, page [\d.]+ MB, built in [\d.]+ s, peak RSS \d+ MiB$"
+    assert re.findall(built, out, re.M) == ["restarts", "real32", "lanes"], out
+    if "no /usr/bin/chromium" not in out:
+        opened = r"^  in Chromium: opened in [\d.]+ s; a frame: fit \d+ ms"
+        assert len(re.findall(opened, out, re.M)) == 3, out
 
 
 def test_faults_sh():
