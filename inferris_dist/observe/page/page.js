@@ -491,7 +491,7 @@ function drawMarks(ix, y, h, seen, words) {
     if (x - (lastX[m.kind] === undefined ? -1e9 : lastX[m.kind]) < 3) continue;
     lastX[m.kind] = x;
     (xs[m.kind] || (xs[m.kind] = [])).push(x);
-    if (words && WORD[m.kind] && x > textEnd) {
+    if (words && WORD[m.kind]) {
       ctx.font = 'bold ' + FONT;
       const lx = Math.max(x + 7, textEnd + 6);          // beside the last word, never over it
       const w = ctx.measureText(WORD[m.kind]).width;
