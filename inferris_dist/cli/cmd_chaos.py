@@ -8,7 +8,6 @@ import json
 import re
 import secrets
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -283,38 +282,17 @@ def summary_text(report) -> str:
             f"{report.held} held, {verdict}")
 
 
-class Live:
-    """The live line on stderr, only when it is a terminal: runs done, their rate, held, broken,
-    the schedule running now; redrawn at most ten times a second, erased at the end."""
-
-    EVERY_S = 0.1
-
-    def __init__(self, stream):
-        self.stream = stream
-        self.enabled = hasattr(stream, "isatty") and stream.isatty()
-        self.next_draw = 0.0
-        self.drawn = False
+class Live(render.LiveLine):
+    """The live line: runs done, their rate, held, broken, the schedule running now."""
 
     def update(self, report) -> None:
-        if not self.enabled:
+        if not self.enabled or not self.due():
             return
-        now = time.monotonic()
-        if now < self.next_draw:
-            return
-        self.next_draw = now + self.EVERY_S
         rate = report.runs / report.seconds if report.seconds > 0 else 0.0
         width = render.line_width(self.stream)
         text = (f"{report.runs} runs · {rate:.1f}/s · {report.held} held · {report.broke} broken · "
                 f"{render.shown(str(report.last)) if report.last else ''}")
-        self.stream.write(f"\r\x1b[K{text[:width - 1]}")
-        self.stream.flush()
-        self.drawn = True
-
-    def clear(self) -> None:
-        if self.drawn:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-            self.drawn = False
+        self.draw(text[:width - 1])
 
 
 # -- merge ------------------------------------------------------------------------------------------

@@ -203,36 +203,29 @@ def recovery_lines(r, style: Style) -> str:
     return f"{pad}{failed}\n{pad}{style.yellow(done)}"
 
 
-class Progress:
-    """A sign of life on stderr when it is a terminal: step, requests finished, steps per
-    second (and for launch, the ranks' round trip). Redrawn at most ten times a second,
-    erased when the run ends; never written anywhere but a terminal, never into stdout."""
+class LiveLine:
+    """One line on a terminal, redrawn in place at most ten times a second and erased at the
+    end; never written anywhere but a terminal (stderr), never into stdout."""
 
     EVERY_S = 0.1
 
-    def __init__(self, stream: TextIO, total: int, enabled: bool | None = None):
+    def __init__(self, stream: TextIO, enabled: bool | None = None):
         self.stream = stream
-        self.total = total
         if enabled is None:
             enabled = hasattr(stream, "isatty") and stream.isatty()
         self.enabled = enabled
-        self.started = None               # the first step's time: start-up is not a step
         self.next_draw = 0.0
         self.drawn = False
 
-    def update(self, step: int, finished: int, extra: str = "") -> None:
-        if not self.enabled:
-            return
+    def due(self) -> bool:
+        """Whether a redraw is due now (and if so, the next one is a tenth of a second away)."""
         now = time.monotonic()
-        if self.started is None:
-            self.started, self.first_step = now, step
-            self.next_draw = now + self.EVERY_S
-            return
         if now < self.next_draw:
-            return
+            return False
         self.next_draw = now + self.EVERY_S
-        rate = (step - self.first_step) / max(now - self.started, 1e-9)
-        text = f"step {step} · {finished}/{self.total} finished · {rate:,.0f} steps/s{extra}"
+        return True
+
+    def draw(self, text: str) -> None:
         self.stream.write(f"\r\x1b[K{text}")
         self.stream.flush()
         self.drawn = True
@@ -242,3 +235,26 @@ class Progress:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
             self.drawn = False
+
+
+class Progress(LiveLine):
+    """A sign of life while a run steps: step, requests finished, steps per second (and for
+    launch, the ranks' round trip)."""
+
+    def __init__(self, stream: TextIO, total: int, enabled: bool | None = None):
+        super().__init__(stream, enabled)
+        self.total = total
+        self.started = None               # the first step's time: start-up is not a step
+
+    def update(self, step: int, finished: int, extra: str = "") -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if self.started is None:
+            self.started, self.first_step = now, step
+            self.next_draw = now + self.EVERY_S
+            return
+        if not self.due():
+            return
+        rate = (step - self.first_step) / max(now - self.started, 1e-9)
+        self.draw(f"step {step} · {finished}/{self.total} finished · {rate:,.0f} steps/s{extra}")

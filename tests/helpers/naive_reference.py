@@ -304,18 +304,18 @@ class NaiveEngine:
                         while len(r.page_table) < pages_needed(r.computed + n, ps):
                             r.page_table.append(self.take_page(r.request_id))
                     break
-                # Evict: "while fewer pages were evicted this round than the
+                # Evict: "while fewer pages were evicted this pass than the
                 # shortfall minus the free pages, remove the first cache leaf..."
-                evicted_this_round = 0
+                evicted_this_pass = 0
                 goal = shortfall - len(self.free_list)
-                while evicted_this_round < goal:
+                while evicted_this_pass < goal:
                     page_id = self.evict_one()
                     if page_id is None:
                         break
                     evicted.append(page_id)
-                    evicted_this_round += 1
-                    # goal was computed before this round's evictions
-                if evicted_this_round > 0:
+                    evicted_this_pass += 1
+                    # goal was computed before this pass's evictions
+                if evicted_this_pass > 0:
                     continue  # "If anything was evicted, retry."
                 # Preempt: "the last request in request list order that is
                 # RUNNING, is not the anchor, and has a non-empty page table

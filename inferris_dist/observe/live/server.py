@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import math
 import socket
 import threading
 import time
@@ -39,6 +38,7 @@ from typing import Callable
 from inferris_dist.observe.live.prom import CONTENT_TYPE_LATEST, exposition, registry
 from inferris_dist.observe.live.state import LiveState
 from inferris_dist.observe.logread import LogFollower
+from inferris_dist.observe.page import finite
 
 MAX_CLIENTS = 16
 MAX_STREAMS = 8
@@ -126,18 +126,8 @@ REFUSED = response(503, b"too many clients: try again later\n", extra="Retry-Aft
 
 
 def _json(obj) -> bytes:
-    return (json.dumps(_finite(obj), ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    return (json.dumps(finite(obj), ensure_ascii=True, allow_nan=False, separators=(",", ":"))
             + "\n").encode("ascii")
-
-
-def _finite(v):
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
-    if isinstance(v, list):
-        return [_finite(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    return v
 
 
 class Request:
@@ -399,7 +389,7 @@ class LiveServer:
                 built_version = state.version
                 news = {"live": state.live_json(), "page": state.page_data()}
                 ended = state.ended
-            text = json.dumps(_finite(news), ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+            text = json.dumps(finite(news), ensure_ascii=True, allow_nan=False, separators=(",", ":"))
             message = f"id: {built_version}\nevent: state\ndata: {text}\n\n".encode("ascii")
             last = time.monotonic()
             self.build_seconds = last - started

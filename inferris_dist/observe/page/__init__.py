@@ -87,17 +87,18 @@ def _embed(data: dict) -> str:
     try:
         text = json.dumps(data, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
     except ValueError:          # a number that is not one slipped through: JSON has no NaN
-        text = json.dumps(_finite(data), ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+        text = json.dumps(finite(data), ensure_ascii=True, allow_nan=False, separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _finite(v: Any) -> Any:
+def finite(v: Any) -> Any:
+    """JSON-safe: a float that is not finite becomes null, in lists and dicts too."""
     if isinstance(v, float):
         return v if math.isfinite(v) else None
     if isinstance(v, list):
-        return [_finite(x) for x in v]
+        return [finite(x) for x in v]
     if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
+        return {k: finite(x) for k, x in v.items()}
     return v
 
 
