@@ -4,32 +4,13 @@ marked `procs`)."""
 from __future__ import annotations
 
 import os
-import re
 import time
 from pathlib import Path
 
+from inferris_dist.testing.harness import gone  # noqa: F401  (the library's rule for a pid gone)
+
 OURS = (b"inferris_dist.rank", b"inferris_dist.launcher.template")   # in a worker's command line
 LEFT_WITHIN = 10.0     # seconds a worker may take to leave once its test is done (its scheduler gone)
-
-
-def gone(pid: int) -> bool:
-    """The process no longer runs: no /proc entry, or a zombie (dead, not yet reaped)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return True
-    except OSError:
-        status = None
-    if status is not None:
-        m = re.search(r"^State:\s*(\S)", status, re.M)
-        return bool(m) and m.group(1) in "ZX"
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
 def wait_until(condition, timeout: float, interval: float = 0.02) -> bool:
