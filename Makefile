@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench golden clean
+.PHONY: demo test bench golden clean bytecode
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,14 +13,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# Every command, and every worker, starts from bytecode compiled here (only what changed is
+# compiled again): where PYTHONDONTWRITEBYTECODE is set, Python would otherwise compile every
+# module it imports, at every start.
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q inferris_dist engine launcher
+
+demo: bytecode
 	$(BIN)/inferris-dist launch --world-size 4
 
-test: $(STAMP)
+test: bytecode
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2   # two test processes: this machine's two cores
 
-bench: $(STAMP)
+bench: bytecode
 	$(BIN)/python examples/serving.py
 	$(BIN)/python examples/bench_boundary.py
 	$(BIN)/python examples/bench_overlap.py

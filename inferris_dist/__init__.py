@@ -11,6 +11,8 @@
 """
 import importlib
 
+__version__ = "0.1.0"      # the one place the version is written (pyproject.toml reads it)
+
 # Imported on first use: a rank worker (inferris_dist.rank) must not load the control plane.
 _LAZY = {"ProcessGroup": "scheduler.group", "LaunchOptions": "scheduler.entry",
          "launch": "scheduler.entry", "DistributedEngine": "scheduler.recovery",

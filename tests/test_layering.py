@@ -39,7 +39,8 @@ PARTS = {   # a part -> the parts it may import (besides itself, the stdlib and 
     "observe": {"protocol", "engine"},
     "scheduler": {"protocol", "observe", "engine", "launcher"},
     "testing": {"engine", "scheduler", "observe", "protocol", "launcher"},
-    "cli": {"protocol", "rank", "observe", "scheduler", "engine", "launcher", "notes", "testing"},
+    "cli": {"protocol", "rank", "observe", "scheduler", "engine", "launcher", "notes", "testing",
+            "top"},                                              # top: the package's __version__
     "top": {"scheduler", "protocol", "engine", "testing"},   # __init__.py: lazy names for the library
 }
 

@@ -6,7 +6,7 @@ import argparse
 from inferris_dist.protocol.limits import MAX_SECONDS, int_arg, seconds_arg, valid_seconds
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TERMINATED", "EXIT_USAGE", "MAX_SECONDS",
-           "Parser", "Terminated", "UsageError", "int_arg", "seconds_arg", "valid_seconds"]
+           "Commands", "Parser", "Terminated", "UsageError", "int_arg", "seconds_arg", "valid_seconds"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 
@@ -27,7 +27,7 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kw):
         kw.setdefault("allow_abbrev", False)
         super().__init__(*args, **kw)
-        self.commands: dict | None = None     # a command's parser: every command's, by name
+        self.commands: Commands | None = None   # a command's parser: every command, to name a flag's
 
     def error(self, message: str):
         raise UsageError(f"{self.prog}: {message}")
@@ -44,7 +44,8 @@ class Parser(argparse.ArgumentParser):
         if not flags:
             return f"unrecognized arguments: {' '.join(extras)}"
         flag = flags[0]
-        elsewhere = sorted(name for name, p in (self.commands or {}).items()
+        every = self.commands.every() if self.commands is not None else {}
+        elsewhere = sorted(name for name, p in every.items()
                            if p is not self and flag in p._option_string_actions)
         if elsewhere:
             names = " and ".join([", ".join(elsewhere[:-1]), elsewhere[-1]] if len(elsewhere) > 1
@@ -57,3 +58,35 @@ class Parser(argparse.ArgumentParser):
         hint = f" (did you mean {' or '.join(close)}?)" if close else ""
         return f"unknown flag {flag}{hint}"
 
+
+
+class Commands(argparse._SubParsersAction):
+    """The subcommands, each one's flags added only when it is the one used, or when a flag
+    unknown to one command must be looked for in the others: `--help` lists the commands from
+    their lines alone, and `--version` builds nothing."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self._unbuilt: dict = {}
+
+    def add_command(self, name: str, help_line: str, build) -> Parser:
+        parser = self.add_parser(name, help=help_line)
+        parser.commands = self
+        self._unbuilt[name] = build
+        return parser
+
+    def built(self, name: str) -> Parser:
+        build = self._unbuilt.pop(name, None)
+        if build is not None:
+            build(self._name_parser_map[name])
+        return self._name_parser_map[name]
+
+    def every(self) -> dict:
+        for name in list(self._unbuilt):
+            self.built(name)
+        return self._name_parser_map
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values and values[0] in self._name_parser_map:
+            self.built(values[0])
+        super().__call__(parser, namespace, values, option_string)

@@ -23,15 +23,14 @@ DEFAULT_STEP_TIMEOUT = 0.25     # harness.DEFAULT_STEP_TIMEOUT (not imported: th
 PROMISE_KINDS = ("differs", "failed", "steps-before", "failure-kind", "blame")   # what compare also sees
 
 
-def add_chaos_parser(sub) -> None:
-    p = sub.add_parser("chaos", help="explore fault schedules drawn from a seed on real processes; each "
-                       "run judged by its policy's promise, a break shrunk to a reproducer",
-                       description="Draw fault schedules from --seed, run each on real worker processes and\n"
-                       "judge it: restore keeps the trace, recompute the summary, abort fails naming a\n"
-                       "faulted rank; nothing is left running. A break is shrunk to a reproducer (an\n"
-                       "`inferris-dist compare` command and its workload file). `inferris-dist chaos\n"
-                       "merge REPORT...` joins the --json reports of shards (docs/chaos.md).",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_chaos_parser(p) -> None:
+    """chaos's flags, on its parser (its line in --help is the command line's)."""
+    p.description = ("Draw fault schedules from --seed, run each on real worker processes and\n"
+                     "judge it: restore keeps the trace, recompute the summary, abort fails naming a\n"
+                     "faulted rank; nothing is left running. A break is shrunk to a reproducer (an\n"
+                     "`inferris-dist compare` command and its workload file). `inferris-dist chaos\n"
+                     "merge REPORT...` joins the --json reports of shards (docs/chaos.md).")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     g = p.add_argument_group("workloads (default: the built-in demo)")
     g.add_argument("--spec", metavar="FILE", help="workload JSON file, or - for stdin")
     g.add_argument("--request", action="append", metavar=REQUEST_FORMAT, help="add a request (repeatable)")

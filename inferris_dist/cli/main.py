@@ -14,7 +14,6 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from inferris_dist.cli import render
 from inferris_dist.cli.args import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -22,23 +21,24 @@ from inferris_dist.cli.args import (
     EXIT_TERMINATED,
     EXIT_USAGE,
     MAX_SECONDS,
+    Commands,
     Parser,
     Terminated,
     UsageError,
     int_arg,
     seconds_arg,
 )
-from inferris_dist.cli.workload_source import REQUEST_FORMAT, WORKLOAD_HELP, workload_from_flags
-from inferris_dist.engine import EngineError, WorkloadError, trace_json_lines
-from inferris_dist.engine.rungs import NAMES as RUNG_NAMES
-from inferris_dist.protocol.faults import POLICIES, parse_faults
-from inferris_dist.protocol.limits import NO_EXEC_COST, exec_cost_arg
+from inferris_dist.engine.errors import WorkloadError
 
 if TYPE_CHECKING:
     from inferris_dist.observe.metrics import Metrics, MetricsFile
 
 
+# The modules a command needs are imported where it is built or run: saying the version or the
+# commands costs an interpreter and argparse, not the engine.
+
 def add_workload_flags(p: argparse.ArgumentParser) -> None:
+    from inferris_dist.cli.workload_source import REQUEST_FORMAT
     g = p.add_argument_group("workload (default: the built-in demo)")
     g.add_argument("--spec", metavar="FILE", help="workload JSON file, or - for stdin")
     g.add_argument("--request", action="append", metavar=REQUEST_FORMAT,
@@ -56,6 +56,7 @@ def add_output_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_rung_flag(p: argparse.ArgumentParser) -> None:
+    from inferris_dist.engine.rungs import NAMES as RUNG_NAMES
     p.add_argument("--rung", choices=RUNG_NAMES, default="full", metavar="RUNG",
                    help=f"the engine as it stands at this rung of the mechanism ladder "
                         f"({', '.join(RUNG_NAMES)}; default full)")
@@ -68,6 +69,8 @@ def knobs_of(args) -> dict:
 
 def add_fault_flags(p) -> None:
     """How the run on processes is broken and what follows: launch's and compare's."""
+    from inferris_dist.protocol.faults import POLICIES
+    from inferris_dist.protocol.limits import NO_EXEC_COST, exec_cost_arg
     p.add_argument("--step-timeout", type=seconds_arg, default=10.0, metavar="SECONDS",
                    help="a rank that has not answered by then is lost (default 10)")
     p.add_argument("--exec-cost", type=exec_cost_arg, default=NO_EXEC_COST, metavar="COST",
@@ -139,57 +142,57 @@ def add_serve_flags(p) -> None:
                         "pages were told the end)")
 
 
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-        return version("inferris-dist")
-    except Exception:                      # run from a checkout that was never installed
-        return "unknown (not installed)"
-
-
 def build_parser() -> Parser:
+    """The whole command line; a command's own flags are added only when it is the one used
+    (`--version` and `--help` build none of them, and import nothing they need)."""
+    from inferris_dist import __version__
     p = Parser(prog="inferris-dist", description="See, test and break the executor boundary "
                "of an LLM serving engine.")
-    p.add_argument("--version", action="version", version=f"inferris-dist {_version()}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    p.add_argument("--version", action="version", version=f"inferris-dist {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser, action=Commands)
     sub.required = True
-    build_commands(sub)
-    for command in sub.choices.values():
-        command.commands = sub.choices
+    for name, (help_line, build, _) in COMMANDS.items():
+        sub.add_command(name, help_line, build)
     return p
 
 
-def build_commands(sub) -> None:
-    run = sub.add_parser("run", help="run a workload in one process", epilog=WORKLOAD_HELP,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_run(run) -> None:
+    from inferris_dist.cli.workload_source import WORKLOAD_HELP
+    described(run, epilog=WORKLOAD_HELP)
     add_workload_flags(run)
     add_rung_flag(run)
     add_output_flags(run)
     add_metrics_flag(run)
-    demo = sub.add_parser("demo", help="run the built-in three-request demo in one process")
+
+
+def build_demo(demo) -> None:
     demo.add_argument("--json", action="store_true", help="SPEC §4 JSON lines")
+
+
+def build_inspect(ins) -> None:
     from inferris_dist.cli.cmd_inspect import JSON_HELP
-    ins = sub.add_parser("inspect", help="read a --wire-log: a line per step, or one step's plan, "
-                         "each rank's result and the join", epilog=JSON_HELP,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    described(ins, epilog=JSON_HELP)
     ins.add_argument("wirelog", metavar="WIRELOG", help="a file written by launch --wire-log")
     ins.add_argument("--step", type=int_arg, metavar="K", help="show step K in full")
     ins.add_argument("--json", action="store_true", help="one JSON object per line (shapes below)")
-    from inferris_dist.cli.cmd_check import JSON_HELP as CHECK_JSON_HELP
-    chk = sub.add_parser("check", help="judge a --wire-log afterwards: every committed step joined from "
-                         "its epoch's results and following from its plan; the policy's promise",
-                         epilog=CHECK_JSON_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def build_check(chk) -> None:
+    from inferris_dist.cli.cmd_check import JSON_HELP
+    described(chk, epilog=JSON_HELP)
     chk.add_argument("wirelog", metavar="WIRELOG", help="a file written by launch --wire-log")
     chk.add_argument("--spec", metavar="FILE", help="the run's workload (or - for stdin), for a log that "
                      "does not record it whole; refused unless it is the run's")
     chk.add_argument("--json", action="store_true", help="one JSON object (its shape below)")
-    htm = sub.add_parser("html", help="write a --wire-log as one self-contained page: lanes for the "
-                         "scheduler, every rank and request; click a step for its plan and results")
+
+
+def build_html(htm) -> None:
     htm.add_argument("wirelog", metavar="WIRELOG", help="a file written by launch --wire-log")
     htm.add_argument("-o", "--output", required=True, metavar="FILE", help="the page to write")
     htm.add_argument("--title", help="the page's title (default: the run's name)")
-    srv = sub.add_parser("serve", help="follow a wire log as it is written (tail -f) and serve the "
-                         "live page, /metrics, /health and /status until Ctrl-C")
+
+
+def build_serve(srv) -> None:
     srv.add_argument("wirelog", metavar="WIRELOG", help="a wire log being written (launch --wire-log, "
                      "the library's wire_log=), or one already written")
     srv.add_argument("--address", default="127.0.0.1:0", metavar="[HOST:]PORT",
@@ -200,55 +203,75 @@ def build_commands(sub) -> None:
     srv.add_argument("--title", help="the page's title (default: the run's name)")
     srv.add_argument("--fd", type=int, help=argparse.SUPPRESS)        # launch --serve: its bound socket
     srv.add_argument("--parent", type=int, help=argparse.SUPPRESS)    # launch --serve: die with it
-    lad = sub.add_parser("ladder", help="run a workload at every rung of the mechanism ladder; "
-                         "one table of what each mechanism buys")
+
+
+def build_ladder(lad) -> None:
     add_workload_flags(lad)
     lad.add_argument("--json", action="store_true", help="one JSON object per rung")
-    me = sub.add_parser("mechs", help="the mechanisms (twelve, and one beyond the original), where they "
-                        "live; `mechs NAME` prints one's note")
+
+
+def build_mechs(me) -> None:
     me.add_argument("name", nargs="?", metavar="NAME", help="a mechanism: number, slug or name")
-    la = sub.add_parser("launch", help="run a workload with its ranks on real worker processes",
-                        epilog=WORKLOAD_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def build_launch(la) -> None:
+    from inferris_dist.cli.workload_source import WORKLOAD_HELP
+    described(la, epilog=WORKLOAD_HELP)
     add_workload_flags(la)
     add_rung_flag(la)
     add_output_flags(la)
     la.add_argument("--wire-log", metavar="FILE", help="write every message that crossed as JSON lines")
     add_launch_flags(la)
     add_serve_flags(la)
-    co = sub.add_parser("compare", help="run in process and on worker processes; check the policy's "
-                        "promise (the same trace; under recompute, the same summary)")
+
+
+def build_compare(co) -> None:
     add_workload_flags(co)
     add_rung_flag(co)
     add_fault_flags(co)
     co.add_argument("--json", action="store_true",
                     help="one JSON object: what was compared, the verdict, the first difference")
-    from inferris_dist.cli.cmd_chaos import add_chaos_parser
-    add_chaos_parser(sub)
-    wo = sub.add_parser("worker", help="a rank worker, for a scheduler started with `launch --listen` "
-                        "(`inferris-dist worker --help` for its flags)")
+
+
+def build_chaos(p) -> None:
+    from inferris_dist.cli.cmd_chaos import build_chaos_parser
+    build_chaos_parser(p)
+
+
+def build_worker(wo) -> None:
     wo.add_argument("worker_args", nargs="*", help="--connect tcp://HOST:PORT --keys DIR [--rank R] "
                     "[--world-size N]")
-    ke = sub.add_parser("keys", help="write CURVE keys for a run across hosts: the scheduler's and "
-                        "one per rank")
+
+
+def build_keys(ke) -> None:
     ke.add_argument("dir", metavar="DIR", help="directory to write scheduler.key[_secret] and "
                     "rank-R.key[_secret] into")
     ke.add_argument("--world-size", type=int_arg, required=True, metavar="N")
     ke.add_argument("--force", action="store_true", help="replace keys already there")
 
 
+def described(p, epilog: str) -> None:
+    """A command whose help ends with a text laid out by hand (the workload's keys, --json's shapes)."""
+    p.epilog = epilog
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
 def cmd_run(args) -> int:
+    from inferris_dist.cli.workload_source import workload_from_flags
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
     return run_in_process(workload, name, args.json, args.rung, args.verbose, args.metrics)
 
 
 def cmd_demo(args) -> int:
+    from inferris_dist.cli.workload_source import workload_from_flags
     workload, name = workload_from_flags(None, None, {})
     return run_in_process(workload, name, args.json)
 
 
 def run_in_process(workload, name: str, as_json: bool, rung: str = "full", verbose: bool = False,
                    metrics_path: str | None = None) -> int:
-    from inferris_dist.engine import Engine
+    from inferris_dist.cli import render
+    from inferris_dist.engine import Engine, EngineError, trace_json_lines
     from inferris_dist.observe.metrics import (
         Metrics,
         MetricsFile,
@@ -256,6 +279,7 @@ def run_in_process(workload, name: str, as_json: bool, rung: str = "full", verbo
         error_object,
         write_quietly,
     )
+    from inferris_dist.protocol.faults import parse_faults
     out = sys.stdout
     parse_faults((), workload.config.world_size, workload.faults)   # refused alike by run and launch
     if workload.faults:
@@ -322,6 +346,7 @@ def _json_with_metrics(engine, metrics: Metrics, file: MetricsFile, out, progres
     """`run --json --metrics FILE`: the lines of `trace_json_lines` (the same bytes), each
     step recorded on the way. The summary line waits for the file: a file the machine
     refuses ends the run as a failure, its error object in the summary's place."""
+    from inferris_dist.engine import EngineError
     from inferris_dist.observe.metrics import MetricsNotWritten, error_object, write_quietly
     total = len(engine.requests)
     failure = None
@@ -377,6 +402,7 @@ def cmd_mechs(args) -> int:
 
 
 def cmd_launch(args) -> int:
+    from inferris_dist.cli.workload_source import workload_from_flags
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
     from inferris_dist.cli import cmd_launch as launching  # the executor on processes: when used
     return launching.run_launch(workload, name, args)
@@ -396,13 +422,14 @@ def cmd_keys(args) -> int:
 
 def cmd_ladder(args) -> int:
     from inferris_dist.cli.cmd_ladder import run_ladder
-    from inferris_dist.cli.workload_source import LADDER_DEMO
+    from inferris_dist.cli.workload_source import LADDER_DEMO, workload_from_flags
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args),
                                          default=LADDER_DEMO, default_name="ladder demo")
     return run_ladder(workload, name, args.json)
 
 
 def cmd_inspect(args) -> int:
+    from inferris_dist.cli import render
     from inferris_dist.cli.cmd_inspect import run_inspect
     return run_inspect(args.wirelog, args.step, sys.stdout, render.Style.for_stream(sys.stdout), args.json)
 
@@ -429,15 +456,38 @@ def cmd_chaos(args) -> int:
 
 
 def cmd_compare(args) -> int:
+    from inferris_dist.cli.workload_source import workload_from_flags
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
     from inferris_dist.cli import cmd_launch as launching
     return launching.run_compare(workload, name, args)
 
 
-COMMANDS = {"run": cmd_run, "demo": cmd_demo, "mechs": cmd_mechs, "launch": cmd_launch,
-            "compare": cmd_compare, "chaos": cmd_chaos, "keys": cmd_keys, "ladder": cmd_ladder,
-            "inspect": cmd_inspect, "check": cmd_check,
-            "html": cmd_html, "serve": cmd_serve}
+# name: (its line in `inferris-dist --help`, what adds its flags, what runs it), in --help's order
+COMMANDS = {
+    "run": ("run a workload in one process", build_run, cmd_run),
+    "demo": ("run the built-in three-request demo in one process", build_demo, cmd_demo),
+    "inspect": ("read a --wire-log: a line per step, or one step's plan, each rank's result and the join",
+                build_inspect, cmd_inspect),
+    "check": ("judge a --wire-log afterwards: every committed step joined from its epoch's results and "
+              "following from its plan; the policy's promise", build_check, cmd_check),
+    "html": ("write a --wire-log as one self-contained page: lanes for the scheduler, every rank and "
+             "request; click a step for its plan and results", build_html, cmd_html),
+    "serve": ("follow a wire log as it is written (tail -f) and serve the live page, /metrics, /health "
+              "and /status until Ctrl-C", build_serve, cmd_serve),
+    "ladder": ("run a workload at every rung of the mechanism ladder; one table of what each mechanism "
+               "buys", build_ladder, cmd_ladder),
+    "mechs": ("the mechanisms (twelve, and one beyond the original), where they live; `mechs NAME` "
+              "prints one's note", build_mechs, cmd_mechs),
+    "launch": ("run a workload with its ranks on real worker processes", build_launch, cmd_launch),
+    "compare": ("run in process and on worker processes; check the policy's promise (the same trace; "
+                "under recompute, the same summary)", build_compare, cmd_compare),
+    "chaos": ("explore fault schedules drawn from a seed on real processes; each run judged by its "
+              "policy's promise, a break shrunk to a reproducer", build_chaos, cmd_chaos),
+    "worker": ("a rank worker, for a scheduler started with `launch --listen` (`inferris-dist worker "
+               "--help` for its flags)", build_worker, None),
+    "keys": ("write CURVE keys for a run across hosts: the scheduler's and one per rank", build_keys,
+             cmd_keys),
+}
 
 
 def _attach_dashed_values(argv: list[str]) -> list[str]:
@@ -455,6 +505,12 @@ def _attach_dashed_values(argv: list[str]) -> list[str]:
     return out
 
 
+def shown(text: str) -> str:
+    """A message made safe for a terminal (observe.words, imported when there is one to show)."""
+    from inferris_dist.observe.words import shown as safe
+    return safe(text)
+
+
 def _on_sigterm(signum, frame):
     raise Terminated()
 
@@ -470,10 +526,10 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         from inferris_dist.cli.paths import check_paths
         check_paths(args)                    # no output on an input or another output
-        status = COMMANDS[args.command](args)
+        status = COMMANDS[args.command][2](args)
     except (UsageError, WorkloadError) as e:
         sys.stdout.flush()
-        text = render.shown(str(e))
+        text = shown(str(e))
         sys.stderr.write(f"{text}\n" if isinstance(e, UsageError) else f"inferris-dist: {text}\n")
         status = EXIT_USAGE
     except KeyboardInterrupt:
@@ -489,16 +545,16 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         # the machine said no (no port to bind, no process to start): one line, not a traceback
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-        sys.stderr.write(render.shown(f"inferris-dist: {where}{getattr(e, 'strerror', None) or e}") + "\n")
+        sys.stderr.write(shown(f"inferris-dist: {where}{getattr(e, 'strerror', None) or e}") + "\n")
         status = EXIT_FAILED
     except Exception as e:  # a bug of ours: still one line, the traceback only on request
         zmq = sys.modules.get("zmq")
         if zmq is not None and isinstance(e, zmq.ZMQError):   # the machine said no, via ZeroMQ
-            sys.stderr.write(render.shown(f"inferris-dist: {e}") + "\n")
+            sys.stderr.write(shown(f"inferris-dist: {e}") + "\n")
         elif os.environ.get("INFERRIS_DEBUG"):
             raise
         else:
-            sys.stderr.write(render.shown(f"inferris-dist: internal error: {type(e).__name__}: {e} "
+            sys.stderr.write(shown(f"inferris-dist: internal error: {type(e).__name__}: {e} "
                                           f"(INFERRIS_DEBUG=1 shows the traceback)") + "\n")
         status = EXIT_FAILED
     try:
