@@ -4,8 +4,8 @@
     ...                       # poll each worker's `sentinel` fd to see it die
     stop_workers(workers, polite=send_stop)
 """
-from .process import Template, WorkerProcess, fork_workers, spawn_workers, stop_workers
+from .process import WORKER_MODULE, Template, WorkerProcess, fork_workers, spawn_workers, stop_workers
 from .rundir import make_run_dir, remove_run_dir, sweep_stale
 
-__all__ = ["Template", "WorkerProcess", "fork_workers", "make_run_dir", "remove_run_dir", "spawn_workers",
-           "stop_workers", "sweep_stale"]
+__all__ = ["WORKER_MODULE", "Template", "WorkerProcess", "fork_workers", "make_run_dir", "remove_run_dir",
+           "spawn_workers", "stop_workers", "sweep_stale"]

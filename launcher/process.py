@@ -22,7 +22,11 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .rundir import make_run_dir, remove_run_dir
+
 MAX_STATUSES = 1024     # exit statuses of forked workers kept (the oldest go first)
+WORKER_MODULE = "inferris_dist.rank.cli"   # what a rank worker runs (its main(argv))
+START_TIMEOUT = 20.0    # seconds for a template to be up, by default
 
 class WorkerProcess:
     """One rank's process: its Popen, a sentinel fd for polling, and its stderr log."""
@@ -48,7 +52,12 @@ class WorkerProcess:
         return self.proc.poll() is None
 
     def wait(self, timeout: float) -> bool:
-        """Wait up to `timeout` for the exit; True if it has exited."""
+        """Wait up to `timeout` for the exit; True if it has exited (seen at once by pidfd)."""
+        if self._pidfd is not None:
+            if not readable(self._pidfd, timeout):
+                return False
+            self.proc.wait()
+            return True
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -145,6 +154,23 @@ def readable(fd: int, timeout: float) -> bool:
     return bool(poller.poll(max(0, int(timeout * 1000 + 0.999))))
 
 
+def exited_within(proc: subprocess.Popen, timeout: float) -> bool:
+    """Whether `proc` exits within `timeout` s, seen the moment it does through a pidfd
+    (Popen.wait with a timeout polls, sleeping up to 50 ms between looks)."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (OSError, AttributeError):         # no pidfd here, or already reaped
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        return readable(pidfd, timeout)
+    finally:
+        os.close(pidfd)
+
+
 def describe_status(code: int | None) -> str:
     """An exit code as Popen reports it (negative: the signal that killed it)."""
     if code is None:
@@ -214,22 +240,37 @@ class ForkedProcess(WorkerProcess):
 
 
 class Template:
-    """The scheduler's side of a template process (inferris_dist.launcher.template): fork workers fast."""
+    """The scheduler's side of a template process (inferris_dist.launcher.template): fork workers fast.
 
-    def __init__(self, module: str, log_dir: Path, start_timeout: float = 20.0,
-                 answer_timeout: float | None = None):
-        """`start_timeout`: for the template to be up; `answer_timeout` (default the same): for
-        it to answer a fork, which takes it milliseconds (one that does not is given up on)."""
+    `start()` starts it and waits until it is up; or `begin()` now and the first `fork` waits,
+    so that its interpreter and imports run while the starter does other work."""
+
+    def __init__(self, module: str = WORKER_MODULE, log_dir: Path | None = None,
+                 start_timeout: float = START_TIMEOUT, answer_timeout: float | None = None):
+        """`log_dir`: where its log goes (None: a run directory of its own, removed when it is
+        closed); `start_timeout`: for the template to be up; `answer_timeout` (default the
+        same): for it to answer a fork, which takes it milliseconds (one that does not is
+        given up on)."""
         self.module = module
         self.log_dir = log_dir
+        self.own_dir = log_dir is None
         self.start_timeout = start_timeout
         self.answer_timeout = start_timeout if answer_timeout is None else answer_timeout
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
         self._buf = b""
         self._statuses: dict[int, int] = {}
+        self._began = 0.0
+        self._up = False
 
     def start(self) -> None:
+        self.begin()
+        self.wait_up()
+
+    def begin(self) -> None:
+        """Start the process; do not wait for it (OSError: it could not be started)."""
+        if self.own_dir and self.log_dir is None:
+            self.log_dir = make_run_dir()
         ours, theirs = socket.socketpair()
         log = open(self.log_dir / "template.log", "wb")
         try:
@@ -244,8 +285,18 @@ class Template:
             theirs.close()
             log.close()
         self.sock = ours
-        if "ready" not in self._read(self.start_timeout):
+        self._began = time.monotonic()
+
+    def wait_up(self) -> None:
+        """Wait until it says it is ready, within `start_timeout` of `begin` (else OSError)."""
+        if self._up:
+            return
+        if self.sock is None:
+            raise OSError("the worker template was not started")
+        left = self._began + self.start_timeout - time.monotonic()
+        if "ready" not in self._read(max(0.0, left)):
             raise OSError(f"the worker template did not start: {self._last_words()}")
+        self._up = True
 
     @property
     def pid(self) -> int:
@@ -256,6 +307,7 @@ class Template:
         return self.proc is not None and self.sock is not None and self.proc.poll() is None
 
     def fork(self, rank: int, argv: Sequence[str], secret: bytes, log_path: Path) -> ForkedProcess:
+        self.wait_up()
         ask = {"fork": list(argv), "rank": rank, "secret": secret.hex(), "log": str(log_path)}
         deadline = time.monotonic() + self.answer_timeout
         try:
@@ -320,6 +372,8 @@ class Template:
             self._buf += chunk
 
     def _last_words(self) -> str:
+        if self.log_dir is None:
+            return "no log"
         try:
             lines = (self.log_dir / "template.log").read_text(errors="replace").strip().splitlines()
         except OSError:
@@ -340,12 +394,14 @@ class Template:
             self.sock.close()          # the template sees EOF, kills what it forked, exits
             self.sock = None
         if self.proc is not None:
-            try:
-                self.proc.wait(timeout=2.0)
-            except subprocess.TimeoutExpired:
+            if not exited_within(self.proc, 2.0):
                 self.proc.kill()
                 self.proc.wait(timeout=5.0)
+            self.proc.wait()
             self.proc = None
+        if self.own_dir and self.log_dir is not None:
+            remove_run_dir(self.log_dir)
+            self.log_dir = None
 
 
 def fork_workers(template: Template, argv_for_rank: Callable[[int], Sequence[str]], secret: bytes,

@@ -112,9 +112,15 @@ def serve(module_name: str, fd: int, death_signal: bool) -> None:
                     os.read(wake_r, 512)
                 except BlockingIOError:
                     pass
-                _reap(children, say)
+                try:
+                    _reap(children, say)
+                except OSError:                              # the scheduler closed its end
+                    return
             if sock in ready:
-                line = inp.readline()
+                try:
+                    line = inp.readline()
+                except OSError:              # closed with our exit notes unread: a reset
+                    line = ""
                 if not line:
                     return                                   # the scheduler closed its end
                 ask = json.loads(line)
@@ -151,3 +157,5 @@ def _reap(children: set[int], say) -> None:
 
 if __name__ == "__main__":
     serve(sys.argv[1], int(sys.argv[2]), "--death-signal" in sys.argv[3:])
+    sys.stderr.flush()
+    os._exit(0)          # its children reaped: nothing left to tear down that the scheduler waits for

@@ -138,3 +138,41 @@ def test_a_stopped_template_is_given_up_on_within_the_deadline_and_the_run_recov
     assert any("did not answer within 1 s (stopped or stuck)" in n for n in notes), notes
     assert took < 15, took                      # the deadline, a fresh interpreter, not forever
     assert gone(template)
+
+
+def test_closed_after_its_children_exited_the_template_goes_at_once_and_says_nothing(tmp_path):
+    """Its children's exit notes may still be unread when the scheduler closes its end (the
+    socket is then reset, not closed): the template takes that as the end, without a traceback
+    in its log, and is gone as soon as it is told."""
+    for _ in range(3):
+        template = stand_in_template(tmp_path)
+        workers = fork_workers(template, lambda r: [str(r)], b"s3cret", [0, 1, 2, 3], tmp_path)
+        stop_workers(workers, grace=0.0, term_wait=2.0)
+        pid = template.pid
+        started = time.monotonic()
+        template.close()
+        took = time.monotonic() - started
+        assert gone(pid)
+        assert (tmp_path / "template.log").read_text() == ""
+        assert took < 1.0, f"the template took {took:.2f} s to go"    # not its 2 s deadline
+
+
+def test_a_template_begun_early_is_waited_for_at_its_first_fork():
+    """`begin` starts the template without waiting (the command line starts it before it
+    imports the scheduler); the first fork waits until it is up; a template of its own keeps
+    its log in a run directory it removes when closed."""
+    from inferris_dist.launcher import Template
+    template = Template()
+    template.begin()
+    try:
+        assert template.log_dir is not None and template.log_dir.is_dir()
+        workload = load_workload({"engine": {"world_size": 2},
+                                  "requests": [{"request_id": "a", "prompt_len": 5, "max_new_tokens": 3}]})
+        with inferris_dist.launch(workload, template=template) as engine:
+            lines = trace_dicts(engine)
+        assert lines == run_workload(workload)
+        assert template.alive()                          # shared: its starter's to close
+    finally:
+        log_dir = template.log_dir
+        template.close()
+    assert not log_dir.exists()

@@ -21,30 +21,31 @@ from inferris_dist.testing import judge
 
 
 def options_from_args(args, timeline: Timeline | None, log_stream, on_waiting,
-                      name: str = "") -> LaunchOptions:
+                      name: str = "", made: dict | None = None) -> LaunchOptions:
     return LaunchOptions(name=name, step_timeout=args.step_timeout, faults=args.fault,
                          audit_every=args.audit_every, on_rank_loss=args.on_rank_loss,
                          max_restarts=args.max_restarts, wire_log=log_stream, timeline=timeline,
                          listen=args.listen, keys=args.keys, join_timeout=args.join_timeout,
                          rejoin_timeout=args.rejoin_timeout, on_waiting=on_waiting, rung=args.rung,
-                         exec_cost=args.exec_cost)
+                         exec_cost=args.exec_cost, **(made or {}))
 
 
-def run_launch(workload, name: str, args) -> int:
+def run_launch(workload, name: str, args, made: dict | None = None) -> int:
     """`inferris-dist launch`: print every step and what crossed, or `--json` (the bytes of
     `run --json`); exit 1 with the diagnosis when the ranks fail. With `--serve` the run is
-    served live while it runs (cmd_serve.LaunchServer), by a process of its own."""
+    served live while it runs (cmd_serve.LaunchServer), by a process of its own. `made`:
+    the run directory and worker template made already (main.worker_template)."""
     from inferris_dist.cli.cmd_serve import LaunchServer
     server = LaunchServer(getattr(args, "serve", None), getattr(args, "serve_linger", 0.0))  # binds now
     try:
-        status = _run_launch(workload, name, args, server)
+        status = _run_launch(workload, name, args, server, made)
         server.finish(server.log_ok)
     finally:
         server.close()
     return status
 
 
-def _run_launch(workload, name: str, args, server) -> int:
+def _run_launch(workload, name: str, args, server, made) -> int:
     from inferris_dist.observe.metrics import Metrics, MetricsFile, empty_document, error_object, timed
     as_json = args.json
     out = sys.stdout
@@ -70,7 +71,7 @@ def _run_launch(workload, name: str, args, server) -> int:
             opened.callback(metrics_file.close)
         timeline = Timeline() if timeline_stream is not None else None
         options = options_from_args(args, timeline, log_stream,
-                                    lambda *waiting: announce(args, workload, *waiting), name)
+                                    lambda *waiting: announce(args, workload, *waiting), name, made)
         options.check()
         if server.wanted:
             server.start(html.wire_log, name)
@@ -418,14 +419,15 @@ def distributed_lines(workload, options: LaunchOptions) -> list[dict]:
         return [e.to_json()]
 
 
-def run_compare(workload, name: str, args) -> int:
+def run_compare(workload, name: str, args, made: dict | None = None) -> int:
     """The workload in process and on processes (with the launch's faults and policy), judged
     by what the policy promises: the same trace (no policy needed, abort, restore) or, under
     recompute, the same summary (its recovery replans: the steps may differ, the tokens
     every request generates and how it finishes may not). When a side failed: which, how, where."""
     options = LaunchOptions(step_timeout=args.step_timeout, faults=args.fault,
                             audit_every=args.audit_every, on_rank_loss=args.on_rank_loss,
-                            max_restarts=args.max_restarts, rung=args.rung, exec_cost=args.exec_cost)
+                            max_restarts=args.max_restarts, rung=args.rung, exec_cost=args.exec_cost,
+                            **(made or {}))
     options.check()
     local = trace_dicts(Engine(workload, rung=args.rung))
     remote = distributed_lines(workload, options)

@@ -12,6 +12,7 @@ import math
 import os
 import signal
 import sys
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from inferris_dist.cli.args import (
@@ -403,9 +404,37 @@ def cmd_mechs(args) -> int:
 
 def cmd_launch(args) -> int:
     from inferris_dist.cli.workload_source import workload_from_flags
-    workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
-    from inferris_dist.cli import cmd_launch as launching  # the executor on processes: when used
-    return launching.run_launch(workload, name, args)
+    with worker_template(args) as made:
+        workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
+        from inferris_dist.cli import cmd_launch as launching  # the executor on processes: when used
+        return launching.run_launch(workload, name, args, made)
+
+
+@contextmanager
+def worker_template(args):
+    """The run directory and the template the run's workers fork from, the template started
+    before the workload is read and the control plane imported, so that its interpreter and
+    imports run meanwhile (on a core of their own, where there is one); both gone at the end.
+    LaunchOptions fields: {} when the ranks join from elsewhere (--listen); no template when
+    it cannot be started (each worker then starts afresh)."""
+    if getattr(args, "listen", None) is not None:
+        yield {}
+        return
+    from inferris_dist.launcher import make_run_dir, remove_run_dir
+    from inferris_dist.launcher.process import START_TIMEOUT, Template
+    run_dir = make_run_dir()                 # the run's: the group's workers log in it too
+    template = Template(log_dir=run_dir, answer_timeout=min(START_TIMEOUT, args.step_timeout))
+    try:
+        template.begin()
+    except OSError:
+        template.close()
+        template = None
+    try:
+        yield {"template": template, "run_dir": run_dir}
+    finally:
+        if template is not None:
+            template.close()
+        remove_run_dir(run_dir)
 
 
 def cmd_keys(args) -> int:
@@ -457,9 +486,10 @@ def cmd_chaos(args) -> int:
 
 def cmd_compare(args) -> int:
     from inferris_dist.cli.workload_source import workload_from_flags
-    workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
-    from inferris_dist.cli import cmd_launch as launching
-    return launching.run_compare(workload, name, args)
+    with worker_template(args) as made:
+        workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
+        from inferris_dist.cli import cmd_launch as launching
+        return launching.run_compare(workload, name, args, made)
 
 
 # name: (its line in `inferris-dist --help`, what adds its flags, what runs it), in --help's order

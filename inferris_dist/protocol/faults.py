@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from inferris_dist.engine import WorkloadError
 from inferris_dist.protocol.limits import plain
@@ -55,8 +54,7 @@ FORMAT = "RANK:KIND@STEP[+][:ARG]"
 POLICIES = ("abort", "restore", "recompute")     # what follows a failed step (recovery.py)
 
 
-@dataclass(frozen=True)
-class Fault:
+class Fault(NamedTuple):
     rank: int | None          # None: every rank
     kind: str
     step: int

@@ -19,8 +19,7 @@ flags always win). A rank, size or port is the digits 0-9 and nothing else.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 MAX_WORLD_SIZE = 4096
 
@@ -38,8 +37,7 @@ class PlacementError(ValueError):
     """No rank, world size or address could be found, or one is out of range (exit status 2)."""
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(NamedTuple):
     rank: int
     world_size: int
     address: str

@@ -12,7 +12,6 @@ import os
 import signal
 import sys
 
-from inferris_dist.protocol.keys import ClientKeys, KeyFileError
 from inferris_dist.protocol.limits import int_arg, seconds_arg
 from inferris_dist.protocol.placement import PlacementError, digits_arg, place
 from inferris_dist.rank.worker import EXIT_USAGE, Worker, die_with_parent, fail
@@ -45,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN if args.parent_pid else signal.SIG_DFL)
     if args.parent_pid is not None:
         return _spawned(args)
+    from inferris_dist.protocol.keys import ClientKeys, KeyFileError  # a member from elsewhere
     try:
         where = place(args.rank, args.world_size, args.connect, os.environ)
         keys = ClientKeys.load(args.keys, where.rank) if args.keys else None

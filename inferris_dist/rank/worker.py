@@ -26,16 +26,19 @@ import signal
 import sys
 import time
 from collections import deque
+from typing import TYPE_CHECKING
 
 import zmq
 
 from inferris_dist.engine.rank import RankExecutor
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.faults import FaultPlan, parse_fault
-from inferris_dist.protocol.keys import ClientKeys
 from inferris_dist.protocol.limits import NO_EXEC_COST, ExecCost
 from inferris_dist.protocol.monitor import monitor_event
 from inferris_dist.protocol.wire import MsgType
+
+if TYPE_CHECKING:
+    from inferris_dist.protocol.keys import ClientKeys
 
 PARENT_CHECK_MS = 500
 ANSWERED_KEPT = 8               # plans remembered as answered, to carry out a duplicated one once

@@ -149,10 +149,10 @@ class ProcessGroup:
         options = self.options
         self._check_descriptors(*raise_descriptor_limit())   # strangers may knock: room for them
         if options.listen is None:
-            self.log_dir = make_run_dir()
+            self.log_dir = options.run_dir if options.run_dir is not None else make_run_dir()
             template = options.template        # shared between runs: its starter's to close
             if template is None and options.use_template:
-                template = Template("inferris_dist.rank.cli", self.log_dir, options.start_timeout,
+                template = Template(log_dir=self.log_dir, start_timeout=options.start_timeout,
                                     answer_timeout=min(options.start_timeout, options.step_timeout))
                 try:
                     template.start()
@@ -240,7 +240,8 @@ class ProcessGroup:
                 self.members.close()
             self.channel.close()
             if self.log_dir is not None:
-                remove_run_dir(self.log_dir)
+                if self.log_dir != self.options.run_dir:
+                    remove_run_dir(self.log_dir)
                 self.log_dir = None
 
     def hosts_of(self, ranks: Sequence[int]) -> tuple[str, ...]:
@@ -335,8 +336,12 @@ class ProcessGroup:
         whose shard does not is named (one recovery replaces them all)."""
         got = self.channel.exchange(MsgType.AUDIT, MsgType.SHARD, step, ())
         failed: list[ShardDivergence] = []
+        judged: dict[int, tuple | None] = {}    # ranks that sent the same bytes share one body
         for rank in range(self.world_size):
-            miss = first_mismatch(held, dict(got[rank].body))
+            body = got[rank].body
+            if id(body) not in judged:
+                judged[id(body)] = first_mismatch(held, dict(body))
+            miss = judged[id(body)]
             if miss is not None:
                 page, offset, want, have = miss
                 err = ShardDivergence(

@@ -41,6 +41,9 @@ class LaunchOptions:
     use_template: bool = True           # fork workers from a template (else a fresh interpreter each)
     template: Template | None = None    # a started template shared between runs: forked from, left
                                         # running (its starter closes it); None: the group's own
+    run_dir: Path | None = None         # a run directory made already (make_run_dir), the workers'
+                                        # logs and socket go in it; its maker removes it. None: the
+                                        # group's own
     spin_us: int | None = None          # spin before sleeping in a gather; None: 2000 while the
                                         # ranks leave a core free for the scheduler, else 0
     bind: str = "local"                 # where spawned workers connect: "local" (a private unix

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from inferris_dist.engine import Workload, WorkloadError
-from inferris_dist.launcher import Template, make_run_dir, remove_run_dir
+from inferris_dist.launcher import Template
 from inferris_dist.launcher.rundir import PREFIX, short_roots
 from inferris_dist.testing import Run, run_on_processes
 from inferris_dist.testing.schedules import Schedule, workload_key
@@ -51,7 +51,6 @@ WIRE_LOG_CHECKERS: list[Callable[[Path], list]] = [log_is_complete, history]
 
 DEFAULT_STEP_TIMEOUT = 0.25   # a rank lost after this long: short, since a hang waits all of it out
 LEFT_WITHIN = 2.0        # seconds a run's workers may take to be gone once the run has returned
-WORKER_MODULE = "inferris_dist.rank.cli"
 
 
 @dataclass
@@ -85,7 +84,6 @@ class Session:
         self.left_within = left_within
         self.exec_cost = exec_cost
         self.template: Template | None = None
-        self.template_dir: Path | None = None
         self.template_pids: list[int] = []          # every template this session started
         self.logs: Path | None = None
         self.references: dict[tuple[str, str], Reference] = {}
@@ -100,11 +98,8 @@ class Session:
 
     def close(self) -> None:
         if self.template is not None:
-            self.template.close()
+            self.template.close()            # and its run directory with it
             self.template = None
-        if self.template_dir is not None:
-            remove_run_dir(self.template_dir)
-            self.template_dir = None
         if self.logs is not None:
             shutil.rmtree(self.logs, ignore_errors=True)
             self.logs = None
@@ -125,9 +120,7 @@ class Session:
             self.template.close()            # gone (killed from outside): start another
             self.template = None
         if self.template is None:
-            if self.template_dir is None:
-                self.template_dir = make_run_dir()
-            template = Template(WORKER_MODULE, self.template_dir)
+            template = Template()
             try:
                 template.start()
             except OSError:
@@ -169,7 +162,7 @@ class Session:
             return outcome
         seconds = time.monotonic() - started
         left = still_running(run.pids, self.left_within)
-        dirs = run_dirs_left({self.template_dir} if self.template_dir is not None else set())
+        dirs = run_dirs_left({self.template.log_dir} if self.template is not None else set())
         brk = judge_run(reference, run, schedule.faults, schedule.policy, wire_log=log,
                         checkers=self.checkers, left_running=left, run_dirs_left=dirs)
         fired = [f.kind for f in fired_faults(schedule.faults, run)]
