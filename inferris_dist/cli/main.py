@@ -594,5 +594,26 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
+def entry() -> None:
+    """The console script: `main()`, then out as soon as its outputs are flushed and the exit
+    handlers have run, without the interpreter freeing every object of the run one by one
+    (about 20 ms after a 300-request run, paid by every command). Every file of ours is
+    closed by then; a library caller of `main()` keeps the usual exit."""
+    try:
+        status = main()
+    except SystemExit as e:                   # --help, --version
+        if e.code is not None and not isinstance(e.code, int):
+            raise
+        status = e.code or 0
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):         # a reader gone (| head), or closed
+            pass
+    import atexit
+    atexit._run_exitfuncs()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
