@@ -10,7 +10,6 @@ Pure Python, no I/O. The control plane (`Engine`) decides; an executor with
     print(eng.summary())
 """
 import importlib
-import json
 
 from .errors import (
     BoundaryViolation,
@@ -77,6 +76,7 @@ def trace_dicts(engine) -> list[dict]:
 
 def trace_json_lines(engine):
     """`trace_objects` as JSON text, one line each (without newlines): what `--json` prints."""
+    import json
     try:
         for trace in engine.run():
             yield engine.json_line(trace)

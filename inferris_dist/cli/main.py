@@ -7,13 +7,11 @@ traceback reaches a user.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import signal
 import sys
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 from inferris_dist.cli.args import (
     EXIT_FAILED,
@@ -30,6 +28,8 @@ from inferris_dist.cli.args import (
     seconds_arg,
 )
 from inferris_dist.engine.errors import WorkloadError
+
+TYPE_CHECKING = False      # typing.TYPE_CHECKING, without loading typing at every start
 
 if TYPE_CHECKING:
     from inferris_dist.observe.metrics import Metrics, MetricsFile
@@ -347,6 +347,8 @@ def _json_with_metrics(engine, metrics: Metrics, file: MetricsFile, out, progres
     """`run --json --metrics FILE`: the lines of `trace_json_lines` (the same bytes), each
     step recorded on the way. The summary line waits for the file: a file the machine
     refuses ends the run as a failure, its error object in the summary's place."""
+    import json
+
     from inferris_dist.engine import EngineError
     from inferris_dist.observe.metrics import MetricsNotWritten, error_object, write_quietly
     total = len(engine.requests)
