@@ -307,26 +307,34 @@ class Template:
         return self.proc is not None and self.sock is not None and self.proc.poll() is None
 
     def fork(self, rank: int, argv: Sequence[str], secret: bytes, log_path: Path) -> ForkedProcess:
+        return self.fork_all([(rank, argv, log_path)], secret)[0]
+
+    def fork_all(self, asks: Sequence[tuple[int, Sequence[str], Path]], secret: bytes) -> list[ForkedProcess]:
+        """Fork a worker for each (rank, argv, log path): every ask sent at once, then the
+        answers read (one round trip to the template, not one per worker), in the asks' order."""
         self.wait_up()
-        ask = {"fork": list(argv), "rank": rank, "secret": secret.hex(), "log": str(log_path)}
+        lines = "".join(json.dumps({"fork": list(argv), "rank": rank, "secret": secret.hex(),
+                                    "log": str(log_path)}) + "\n" for rank, argv, log_path in asks)
         deadline = time.monotonic() + self.answer_timeout
         try:
             self.sock.settimeout(self.answer_timeout)     # a stopped template's buffer may be full
-            self.sock.sendall((json.dumps(ask) + "\n").encode())
+            self.sock.sendall(lines.encode())
         except OSError:
             raise OSError(f"the worker template is gone or does not read: {self._last_words()}") from None
         finally:
             if self.sock is not None:
                 self.sock.settimeout(None)
-        while True:
+        pids: dict[int, int] = {}
+        while len(pids) < len(asks):
             left = deadline - time.monotonic()
             if left <= 0:                      # stopped or stuck: given up on, never waited on
                 pid = self.proc.pid if self.proc is not None else "?"
                 raise OSError(f"the worker template (pid {pid}) did not answer within "
                               f"{self.answer_timeout:g} s (stopped or stuck)")
             got = self._read(left)
-            if got.get("rank") == rank and "pid" in got:
-                return ForkedProcess(rank, got["pid"], log_path, self)
+            if "pid" in got and got.get("rank") in {rank for rank, _, _ in asks}:
+                pids[got["rank"]] = got["pid"]
+        return [ForkedProcess(rank, pids[rank], log_path, self) for rank, _, log_path in asks]
 
     def status_of(self, pid: int, wait: float = 0.0) -> int | None:
         """The wait status the template reported for `pid` (reading its notes up to `wait` s)."""
@@ -407,13 +415,9 @@ class Template:
 def fork_workers(template: Template, argv_for_rank: Callable[[int], Sequence[str]], secret: bytes,
                  ranks: Sequence[int], log_dir: Path) -> list[WorkerProcess]:
     """Fork one worker per rank from `template` (argv without the interpreter: the module's)."""
-    workers: list[WorkerProcess] = []
-    try:
-        for rank in ranks:
-            log_path = log_dir / f"rank{rank}.{int(time.monotonic() * 1000)}.log"
-            open(log_path, "wb").close()   # here, not in the child: a full disk is ours to name
-            workers.append(template.fork(rank, argv_for_rank(rank), secret, log_path))
-    except BaseException:
-        stop_workers(workers, grace=0.0)
-        raise
-    return workers
+    asks = []
+    for rank in ranks:
+        log_path = log_dir / f"rank{rank}.{int(time.monotonic() * 1000)}.log"
+        open(log_path, "wb").close()       # here, not in the child: a full disk is ours to name
+        asks.append((rank, argv_for_rank(rank), log_path))
+    return template.fork_all(asks, secret)

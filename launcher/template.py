@@ -94,7 +94,7 @@ def serve(module_name: str, fd: int, death_signal: bool) -> None:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    inp = sock.makefile("r")
+    pending = b""                        # what came of the asks, up to the last whole line
 
     def say(message: dict) -> None:
         sock.sendall((json.dumps(message) + "\n").encode())
@@ -118,18 +118,20 @@ def serve(module_name: str, fd: int, death_signal: bool) -> None:
                     return
             if sock in ready:
                 try:
-                    line = inp.readline()
+                    chunk = sock.recv(65536)
                 except OSError:              # closed with our exit notes unread: a reset
-                    line = ""
-                if not line:
+                    chunk = b""
+                if not chunk:
                     return                                   # the scheduler closed its end
-                ask = json.loads(line)
-                pid = os.fork()
-                if pid == 0:
-                    _child(module, ask["fork"], ask["secret"], ask["log"],
-                           [fd, wake_r, wake_w] + ([parent_fd] if parent_fd >= 0 else []))
-                children.add(pid)
-                say({"pid": pid, "rank": ask["rank"]})
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:           # several asks may come at once: each is forked
+                    ask = json.loads(line)
+                    pid = os.fork()
+                    if pid == 0:
+                        _child(module, ask["fork"], ask["secret"], ask["log"],
+                               [fd, wake_r, wake_w] + ([parent_fd] if parent_fd >= 0 else []))
+                    children.add(pid)
+                    say({"pid": pid, "rank": ask["rank"]})
     finally:
         for pid in children:
             try:
