@@ -17,7 +17,6 @@ from inferris_dist.engine.errors import MachineFailure
 from inferris_dist.observe.timeline import Timeline
 from inferris_dist.scheduler.channel import machine_failure
 from inferris_dist.scheduler.entry import LaunchOptions, launch
-from inferris_dist.testing import judge
 
 
 def options_from_args(args, timeline: Timeline | None, log_stream, on_waiting,
@@ -30,29 +29,30 @@ def options_from_args(args, timeline: Timeline | None, log_stream, on_waiting,
                          exec_cost=args.exec_cost, **(made or {}))
 
 
-def run_launch(workload, name: str, args, made: dict | None = None) -> int:
+def run_launch(workload, name: str, args, made: dict | None = None, started: float | None = None) -> int:
     """`inferris-dist launch`: print every step and what crossed, or `--json` (the bytes of
     `run --json`); exit 1 with the diagnosis when the ranks fail. With `--serve` the run is
     served live while it runs (cmd_serve.LaunchServer), by a process of its own. `made`:
-    the run directory and worker template made already (main.worker_template)."""
+    the run directory and worker template made already (main.worker_template); `started`: when
+    the command began (its start-up is counted from then; default now)."""
     from inferris_dist.cli.cmd_serve import LaunchServer
     server = LaunchServer(getattr(args, "serve", None), getattr(args, "serve_linger", 0.0))  # binds now
     try:
-        status = _run_launch(workload, name, args, server, made)
+        status = _run_launch(workload, name, args, server, made, started)
         server.finish(server.log_ok)
     finally:
         server.close()
     return status
 
 
-def _run_launch(workload, name: str, args, server, made) -> int:
+def _run_launch(workload, name: str, args, server, made, started) -> int:
     from inferris_dist.observe.metrics import Metrics, MetricsFile, empty_document, error_object, timed
     as_json = args.json
     out = sys.stdout
     style = render.Style.for_stream(out)
     printer = render.StepPrinter(out, style, args.verbose)
     num_steps = 0
-    started = time.monotonic()
+    started = time.monotonic() if started is None else started
     engine = group = None
     status = EXIT_OK
     failure = interrupted = None
@@ -431,6 +431,7 @@ def run_compare(workload, name: str, args, made: dict | None = None) -> int:
     options.check()
     local = trace_dicts(Engine(workload, rung=args.rung))
     remote = distributed_lines(workload, options)
+    from inferris_dist.testing import judge      # compare's own: launch has no use for it
     verdict = judge(local, remote, args.on_rank_loss)
     n = workload.config.world_size
     verdict = {"workload": name, "world_size": n, "rung": args.rung, "policy": args.on_rank_loss,

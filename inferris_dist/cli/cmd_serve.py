@@ -16,7 +16,6 @@ with the scheduler if that is killed.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import socket
@@ -147,6 +146,7 @@ def _die_with(parent: int | None) -> None:
     if parent is None:
         return
     try:
+        import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     except (OSError, AttributeError):
         pass

@@ -405,11 +405,14 @@ def cmd_mechs(args) -> int:
 
 
 def cmd_launch(args) -> int:
+    import time
+
     from inferris_dist.cli.workload_source import workload_from_flags
+    started = time.monotonic()               # the run's start-up counts from here
     with worker_template(args) as made:
         workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
         from inferris_dist.cli import cmd_launch as launching  # the executor on processes: when used
-        return launching.run_launch(workload, name, args, made)
+        return launching.run_launch(workload, name, args, made, started)
 
 
 @contextmanager

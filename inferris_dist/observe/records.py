@@ -9,7 +9,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from inferris_dist.observe.schema import check_record
 from inferris_dist.protocol.wire import to_jsonable
 
 
@@ -154,6 +153,7 @@ class WireLog:
             self._lost(e)
 
     def _checked_write(self, obj: dict) -> None:
+        from inferris_dist.observe.schema import check_record   # only when asked to check
         check_record(obj)          # SchemaError: the writer drifted from the schema
         WireLog._write(self, obj)
 
