@@ -431,7 +431,7 @@ def run_compare(workload, name: str, args, made: dict | None = None) -> int:
     options.check()
     local = trace_dicts(Engine(workload, rung=args.rung))
     remote = distributed_lines(workload, options)
-    from inferris_dist.testing import judge      # compare's own: launch has no use for it
+    from inferris_dist.testing import judge  # compare's own: launch has no use for it
     verdict = judge(local, remote, args.on_rank_loss)
     n = workload.config.world_size
     verdict = {"workload": name, "world_size": n, "rung": args.rung, "policy": args.on_rank_loss,

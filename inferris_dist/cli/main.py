@@ -11,7 +11,6 @@ import math
 import os
 import signal
 import sys
-from contextlib import contextmanager
 
 from inferris_dist.cli.args import (
     EXIT_FAILED,
@@ -409,37 +408,55 @@ def cmd_launch(args) -> int:
 
     from inferris_dist.cli.workload_source import workload_from_flags
     started = time.monotonic()               # the run's start-up counts from here
-    with worker_template(args) as made:
-        workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
-        from inferris_dist.cli import cmd_launch as launching  # the executor on processes: when used
-        return launching.run_launch(workload, name, args, made, started)
+    workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
+    from inferris_dist.cli import cmd_launch as launching  # the executor on processes: when used
+    return launching.run_launch(workload, name, args, made_for(args), started)
 
 
-@contextmanager
-def worker_template(args):
-    """The run directory and the template the run's workers fork from, the template started
-    before the workload is read and the control plane imported, so that its interpreter and
-    imports run meanwhile (on a core of their own, where there is one); both gone at the end.
-    LaunchOptions fields: {} when the ranks join from elsewhere (--listen); no template when
-    it cannot be started (each worker then starts afresh)."""
-    if getattr(args, "listen", None) is not None:
-        yield {}
-        return
-    from inferris_dist.launcher import make_run_dir, remove_run_dir
-    from inferris_dist.launcher.process import START_TIMEOUT, Template
-    run_dir = make_run_dir()                 # the run's: the group's workers log in it too
-    template = Template(log_dir=run_dir, answer_timeout=min(START_TIMEOUT, args.step_timeout))
-    try:
-        template.begin()
-    except OSError:
-        template.close()
-        template = None
-    try:
-        yield {"template": template, "run_dir": run_dir}
-    finally:
-        if template is not None:
+class WorkerTemplate:
+    """The run directory and the template a launch's (or compare's) workers fork from, begun as
+    the command starts, before its flags are parsed, its workload read and the control plane
+    imported: the template's interpreter and imports run meanwhile, on a core of their own
+    where there is one. Gone when the command ends. None for a command that spawns no workers
+    (every other command, and --listen); no template when one cannot be started (each worker
+    then starts afresh)."""
+
+    def __init__(self, run_dir, template):
+        self.run_dir, self.template = run_dir, template
+
+    @classmethod
+    def for_argv(cls, argv: list[str]) -> WorkerTemplate | None:
+        if argv[:1] not in (["launch"], ["compare"]) or any(
+                a == "--listen" or a.startswith("--listen=") for a in argv):
+            return None
+        from inferris_dist.launcher import make_run_dir
+        from inferris_dist.launcher.process import Template
+        run_dir = make_run_dir()             # the run's: the group's workers log in it too
+        template = Template(log_dir=run_dir)
+        try:
+            template.begin()
+        except OSError:
             template.close()
-        remove_run_dir(run_dir)
+            template = None
+        return cls(run_dir, template)
+
+    def options(self, step_timeout: float) -> dict:
+        """As LaunchOptions fields; a fork not answered within the step timeout gives it up."""
+        if self.template is not None:
+            self.template.answer_timeout = min(self.template.start_timeout, step_timeout)
+        return {"template": self.template, "run_dir": self.run_dir}
+
+    def close(self) -> None:
+        from inferris_dist.launcher import remove_run_dir
+        if self.template is not None:
+            self.template.close()
+        remove_run_dir(self.run_dir)
+
+
+def made_for(args) -> dict:
+    """What launch and compare hand the group: the template begun as the command started."""
+    early = getattr(args, "early", None)
+    return early.options(args.step_timeout) if early is not None else {}
 
 
 def cmd_keys(args) -> int:
@@ -491,10 +508,9 @@ def cmd_chaos(args) -> int:
 
 def cmd_compare(args) -> int:
     from inferris_dist.cli.workload_source import workload_from_flags
-    with worker_template(args) as made:
-        workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
-        from inferris_dist.cli import cmd_launch as launching
-        return launching.run_compare(workload, name, args, made)
+    workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
+    from inferris_dist.cli import cmd_launch as launching
+    return launching.run_compare(workload, name, args, made_for(args))
 
 
 # name: (its line in `inferris-dist --help`, what adds its flags, what runs it), in --help's order
@@ -557,8 +573,11 @@ def main(argv: list[str] | None = None) -> int:
         return worker_main(argv[1:])
     signal.signal(signal.SIGTERM, _on_sigterm)
     argv = _attach_dashed_values(argv)
+    early = None
     try:
+        early = WorkerTemplate.for_argv(argv)
         args = build_parser().parse_args(argv)
+        args.early = early
         from inferris_dist.cli.paths import check_paths
         check_paths(args)                    # no output on an input or another output
         status = COMMANDS[args.command][2](args)
@@ -592,6 +611,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(shown(f"inferris-dist: internal error: {type(e).__name__}: {e} "
                                           f"(INFERRIS_DEBUG=1 shows the traceback)") + "\n")
         status = EXIT_FAILED
+    finally:
+        if early is not None:
+            early.close()
     try:
         sys.stdout.flush()
     except BrokenPipeError:

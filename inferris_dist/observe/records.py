@@ -153,7 +153,7 @@ class WireLog:
             self._lost(e)
 
     def _checked_write(self, obj: dict) -> None:
-        from inferris_dist.observe.schema import check_record   # only when asked to check
+        from inferris_dist.observe.schema import check_record  # only when asked to check
         check_record(obj)          # SchemaError: the writer drifted from the schema
         WireLog._write(self, obj)
 
