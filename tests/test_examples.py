@@ -30,7 +30,7 @@ def example(name: str, *args, cwd, timeout: float = 90) -> str:
 
 def test_every_example_is_run_here():
     ran = {"library.py", "serving.py", "bench_boundary.py", "bench_overlap.py", "bench_hosts.py",
-           "bench_serve.py", "bench_chaos.py", "bench_page.py", "faults.sh",
+           "bench_serve.py", "bench_chaos.py", "bench_page.py", "bench_launch.py", "faults.sh",
            "faulty.spec.json",                        # faults.sh's workload
            "bare_echo.py",                            # bench_boundary.py's transport floor
            "test_my_executor.py",                     # test_testing_api.py: pytest in a clean venv
@@ -66,6 +66,26 @@ def test_bench_overlap(tmp_path):
     rows = [line for line in out.splitlines() if re.match(r"\s*[\d.]+ ms\s+(full|overlap)\s", line)]
     assert len(rows) == 4, out                       # each rung at each cost, traces checked
     assert re.search(r"overlap .*\d\.\d\dx$", rows[1]), out
+
+
+def test_bench_overlap_splits_a_round_trip_by_the_ranks_own_times(tmp_path):
+    out = example("bench_overlap.py", "--requests", 20, "--world-size", 2, "--costs", "1", "--round-trip",
+                  cwd=tmp_path)
+    rows = {m[1]: [float(x) for x in m.groups()[1:]] for m in re.finditer(
+        r"^\s*1 ms\s+(full|overlap)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", out, re.M)}
+    assert set(rows) == {"full", "overlap"}, out
+    for rung, (trip, there, inside, back) in rows.items():
+        assert inside >= 0.9, (rung, out)            # the model's 1 ms is spent inside the rank
+        assert min(there, back) >= 0 and trip >= inside, (rung, out)
+
+
+def test_bench_launch_splits_a_launch_into_its_parts(tmp_path):
+    out = example("bench_launch.py", "--pairs", 2, "--world-size", 2, cwd=tmp_path)
+    assert re.search(r"^launch / run\s+\d+\.\d\dx", out, re.M), out
+    parts = dict(re.findall(r"^  (\w+)\s+([\d.]+) ms$", out, re.M))
+    assert list(parts) == ["ready", "workers", "handshakes", "steps", "audit", "stopping", "leaving"], out
+    launch = float(re.search(r"^launch\s+([\d.]+) ms", out, re.M)[1])
+    assert all(float(v) >= 0 for v in parts.values()) and float(parts["ready"]) < launch, out
 
 
 def test_bench_serve(tmp_path):
