@@ -45,14 +45,13 @@ def timed(argv: list[str]) -> tuple[float, float]:
 def parts_of(log: Path, start: float, end: float) -> dict[str, float]:
     """A launch's wall time split at the wire log's landmarks (seconds)."""
     records = [json.loads(line) for line in log.read_text().splitlines()]
-    kinds = [(r["t"], r.get("event") or r.get("type"), r.get("dir")) for r in records]
-    first = {}
-    last = {}
-    for t, kind, _ in kinds:
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for t, kind in ((r["t"], r.get("event") or r.get("type")) for r in records):
         first.setdefault(kind, t)
         last[kind] = t
-    marks = [start, first["run"], first["HELLO"], last["READY"], last["RESULT"], last.get("SHARD", last["RESULT"]),
-             records[-1]["t"], end]
+    marks = [start, first["run"], first["HELLO"], last["READY"], last["RESULT"],
+             last.get("SHARD", last["RESULT"]), records[-1]["t"], end]
     return {name: b - a for name, a, b in zip(PARTS, marks, marks[1:])}
 
 
@@ -68,8 +67,8 @@ def main() -> int:
     workload = ["--spec", args.spec] if args.spec else []
     with tempfile.TemporaryDirectory(prefix="bench-launch-") as tmp:
         log = Path(tmp) / "wire.jsonl"
-        launch = cli + ["launch", "--world-size", str(args.world_size), "--json", "--wire-log", str(log)] + workload \
-            + args.launch_flags.split()
+        launch = (cli + ["launch", "--world-size", str(args.world_size), "--json", "--wire-log", str(log)]
+                  + workload + args.launch_flags.split())
         run = cli + ["run", "--world-size", str(args.world_size), "--json"] + workload
         timed(launch)                             # a first pair, not counted: caches warm
         timed(run)
@@ -87,7 +86,8 @@ def main() -> int:
           f"interleaved pairs (medians){'; launch ' + args.launch_flags if args.launch_flags else ''}")
     print(f"{'launch':<12} {ms(launches)}   (min {min(launches) * 1000:.1f}, max {max(launches) * 1000:.1f})")
     print(f"{'run':<12} {ms(runs)}   (min {min(runs) * 1000:.1f}, max {max(runs) * 1000:.1f})")
-    print(f"{'launch / run':<12} {statistics.median(ratios):6.2f}x    (pairs {min(ratios):.2f}x .. {max(ratios):.2f}x)")
+    print(f"{'launch / run':<12} {statistics.median(ratios):6.2f}x    "
+          f"(pairs {min(ratios):.2f}x .. {max(ratios):.2f}x)")
     print("the launch, part by part:")
     for name in PARTS:
         print(f"  {name:<11} {ms(parts[name])}")
