@@ -59,11 +59,11 @@ class Parser(argparse.ArgumentParser):
         return f"unknown flag {flag}{hint}"
 
 
-
 class Commands(argparse._SubParsersAction):
     """The subcommands, each one's flags added only when it is the one used, or when a flag
     unknown to one command must be looked for in the others: `--help` lists the commands from
-    their lines alone, and `--version` builds nothing."""
+    their lines alone, and `--version` builds nothing. (argparse's own subcommand action,
+    which builds nothing itself: it picks the parser by name, as here.)"""
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
