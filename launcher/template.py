@@ -94,7 +94,7 @@ def serve(module_name: str, fd: int, death_signal: bool) -> None:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    pending = b""                        # what came of the asks, up to the last whole line
+    pending = b""                        # the start of an ask whose newline has not come yet
 
     def say(message: dict) -> None:
         sock.sendall((json.dumps(message) + "\n").encode())
@@ -131,7 +131,10 @@ def serve(module_name: str, fd: int, death_signal: bool) -> None:
                         _child(module, ask["fork"], ask["secret"], ask["log"],
                                [fd, wake_r, wake_w] + ([parent_fd] if parent_fd >= 0 else []))
                     children.add(pid)
-                    say({"pid": pid, "rank": ask["rank"]})
+                    try:
+                        say({"pid": pid, "rank": ask["rank"]})
+                    except OSError:                          # the scheduler closed its end
+                        return
     finally:
         for pid in children:
             try:
