@@ -596,3 +596,19 @@ def test_the_server_is_gone_when_the_run_ends_or_is_killed(faulted):
         if run.poll() is None:
             run.kill()
             run.wait(5)
+
+
+@pytest.mark.procs
+def test_the_page_rebuilt_again_and_again_says_the_same(faulted):
+    """The live page is built anew at every change; building it leaves the model as it was
+    (the replaced ranks it marks, and the count of each kind of mark against its budget), so
+    the thousandth page says what the first said, and drops nothing the first did not."""
+    state = state_of(faulted["records"])
+    model = state.builder
+    counts = (len(model.marks), model.dropped_marks, dict(model.marks_of), dict(model.dropped_of))
+    first = state.page_data()
+    replaced = first["mark_kinds"].index("replaced")
+    assert any(m[0] == replaced for m in first["marks"]), first["marks"][:5]
+    again = state.page_data()
+    assert (len(model.marks), model.dropped_marks, model.marks_of, model.dropped_of) == counts
+    assert again["marks"] == first["marks"] and again["notes"] == first["notes"]

@@ -467,7 +467,9 @@ class LiveState:
     def page_data(self) -> dict:
         """The page's data of the records so far (lock held): the model left as it was."""
         b = self.builder
-        kept, dropped = len(b.marks), b.dropped_marks   # page_data marks replacements on the model
+        # page_data marks replacements on the model: its marks and their counts are put back
+        kept, dropped = len(b.marks), b.dropped_marks
+        marks_of, dropped_of = dict(b.marks_of), dict(b.dropped_of)
         try:
             run_name = b.run.get("name") if b.run and isinstance(b.run.get("name"), str) else ""
             title = self.title if self.title else f"inferris-dist · {run_name or 'wire log'}"
@@ -475,6 +477,7 @@ class LiveState:
         finally:
             del b.marks[kept:]
             b.dropped_marks = dropped
+            b.marks_of, b.dropped_of = marks_of, dropped_of
         if self.end is None:      # the run goes on: its log has no end yet, and that is no fault
             data["notes"] = [n for n in data["notes"] if not n.startswith(NO_END_NOTE)]
         return data
