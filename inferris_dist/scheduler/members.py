@@ -227,12 +227,14 @@ class External:
 
     def close(self, wait: float = 2.0) -> None:
         """STOP to every member, then wait (bounded) for their connections to close: the
-        socket drops what it has not sent when it closes."""
+        socket drops what it has not sent when it closes. Members a failure was blamed on
+        (hung, cut off, lying) are told too, but not waited for: they may never answer."""
         channel = self.channel
         _send_stop(channel, list(channel.members))
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and not all(
-                r in channel.dead_ranks for r, m in channel.members.items() if m.fd is not None):
+                r in channel.dead_ranks for r, m in channel.members.items()
+                if m.fd is not None and r not in channel.blamed):
             channel.wait(deadline)
 
     @property
