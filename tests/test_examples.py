@@ -54,10 +54,20 @@ def test_serving_writes_its_workload_and_checks_it_against_the_naive_implementat
 
 
 def test_bench_boundary(tmp_path):
-    out = example("bench_boundary.py", "--requests", 20, "--world-size", 2, "--world-sizes", "1,2",
-                  "--repeat", 1, cwd=tmp_path)
-    assert "transport floor, 2 procs" in out and "boundary overhead vs" in out, out
-    assert re.search(r"^\s+2\s+\d+ us\s+\d+ us\s+\d+ us", out, re.M), out     # the table's last row
+    out = example("bench_boundary.py", "--requests", 20, "--world-sizes", "1,2", "--pairs", 2, "--turn", 5,
+                  "--json", tmp_path / "b.json", cwd=tmp_path)
+    ratio = r"(-?\d+\.\d\d)x \((-?\d+\.\d\d)\.\.(-?\d+\.\d\d)\)"        # median (min..max)
+    rows = re.findall(rf"^ +(\d+) +\d+ us +\d+ us +\d+ us +{ratio} +{ratio} +[\d.]+s", out, re.M)
+    assert [row[0] for row in rows] == ["1", "2"], out           # every pass's trace was checked
+    for row in rows:
+        for median, low, high in (row[1:4], row[4:7]):
+            assert float(low) <= float(median) <= float(high), out
+    assert "a rank's hot path, per step" in out, out
+    doc = json.loads((tmp_path / "b.json").read_text())
+    assert doc["pairs"] == 2 and set(doc["world_sizes"]) == {"1", "2"}, doc
+    two = doc["world_sizes"]["2"]
+    assert len(two["per_pair"]["overhead/floor"]) == 2 and len(two["seconds"]["floor"]) == 2, two
+    assert f"{two['ratios']['overhead/floor']['median']:.2f}x" == rows[1][1] + "x", (two, out)
 
 
 def test_bench_overlap(tmp_path):
