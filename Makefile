@@ -30,6 +30,7 @@ bench: bytecode
 	$(BIN)/python examples/serving.py
 	$(BIN)/python examples/bench_boundary.py
 	$(BIN)/python examples/bench_overlap.py
+	$(BIN)/python examples/bench_launch.py
 	$(BIN)/python examples/bench_hosts.py   # across namespaces when run as root
 
 golden: $(STAMP)
