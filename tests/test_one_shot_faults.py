@@ -55,6 +55,21 @@ def test_a_kept_member_does_not_fire_a_one_shot_again_when_its_step_is_sent_agai
     assert len(run.recoveries) == 1, [r.message for r in run.recoveries]
 
 
+@pytest.mark.parametrize("rung", ["full", "overlap"])
+def test_a_garbled_reply_of_an_epoch_gone_by_is_dropped_not_blamed(tmp_path, rung):
+    """Every rank garbles step 3, rank 1 a while after the others: its garbled reply comes after
+    the restore that the first one read caused. An undecodable message carries no epoch, but its
+    member said FIRED for the garble in the old one: the reply is dropped and said, not taken for
+    a second loss (with one restart allowed, a second would end the run)."""
+    log = tmp_path / "wire.jsonl"
+    run = testing.run_on_processes(DEMO, ["all:garble@3", "1:delay@3:0.4"], "restore", rung=rung,
+                                   step_timeout=3.0, max_restarts=1, wire_log=str(log))
+    testing.assert_holds(testing.reference(DEMO, rung=rung), run)
+    assert len(run.recoveries) == 1, [r.message for r in run.recoveries]
+    notes = [json.loads(line).get("text", "") for line in log.read_text().splitlines()]
+    assert any("garbled reply of epoch 0 (announced then, read only now)" in n for n in notes), notes
+
+
 def test_a_fault_its_member_never_reached_fires_on_the_replacement(tmp_path):
     """Rank 1 dies at step 1 (its plan for step 2 never reached): 1:garble@2 is not spent and
     the replacement acts it out, once."""

@@ -140,6 +140,7 @@ class RankChannel:
         self._dead: set[int] = set()                      # ranks whose process or connection ended
         self.in_flight: dict[int, Flight] = {}   # step -> its plan's flight, sent, replies not read yet
         self.fired: dict[int, set[str]] = {}     # rank -> its one-shot faults a member said fired
+        self.garbling: dict[int, int] = {}        # rank -> the epoch its member said it garbles a reply in
         self._poller = zmq.Poller()
 
     # -- the socket --------------------------------------------------------------------
@@ -370,6 +371,13 @@ class RankChannel:
             header = wire.decode_header(frames[1])
         except wire.WireError as e:
             self.recorder.broken(rank, self.epoch, step, expect, sum(map(len, frames[1:])), str(e))
+            said = self.garbling.pop(rank, None)
+            if said is not None and said < self.epoch:
+                # an undecodable message carries no epoch; this one its member announced (FIRED)
+                # in an epoch gone by, and a kept member's reply to the step it was resent follows
+                self.note(rank, f"dropped rank {rank}'s garbled reply of epoch {said} (announced "
+                                f"then, read only now)")
+                return
             raise self.lost(rank, step, "protocol", f"broke the protocol: {e}", flight=flight) from None
         if header.rank != rank:
             raise self.lost(rank, step, "protocol",
@@ -542,6 +550,8 @@ class RankChannel:
         spent = self.fired.setdefault(rank, set())
         if len(spent) < MAX_FIRED_KEPT:
             spent.update(texts)
+        if any(_kind_of(text) == "garble" for text in texts):
+            self.garbling[rank] = header.epoch       # its next message will not decode
         self.recorder.totals[rank].bytes_received += len(frames[1]) + len(frames[2])
         self.recorder.received(rank, header.epoch, header.step, MsgType.FIRED, len(frames[2]), list(texts))
         return True
@@ -708,6 +718,11 @@ class RankChannel:
 
     def note(self, rank: int | None, text: str) -> None:
         self.recorder.note(rank, self.epoch, text)
+
+
+def _kind_of(fault_text: str) -> str:
+    """The kind of a fault spec as a worker names it (RANK:KIND@STEP...)."""
+    return fault_text.partition(":")[2].partition("@")[0]
 
 
 def _did(what: str, seconds: float, message: str) -> str:
