@@ -99,6 +99,8 @@ class Flight:
     sent_at: dict = field(default_factory=dict)   # rank -> when it was sent (the record's `sent`)
     got: dict = field(default_factory=dict)       # rank -> (header, body bytes), as they came
     failure: RankLost | None = None       # sending it lost a rank: raised when it is collected
+    broken: tuple[int, str] | None = None  # (rank, why): its reply did not decode, read while the
+                                          # step before was awaited: raised when it is gathered
     logged: bool = False                  # its replies are in the wire log
 
 
@@ -255,7 +257,7 @@ class RankChannel:
         """Send `flight` (again: restore, in a new epoch), as attempt `record`."""
         ahead = bool(self.in_flight)
         flight.record, flight.epoch, flight.got = record, self.epoch, {}
-        flight.failure, flight.logged = None, False
+        flight.failure, flight.broken, flight.logged = None, None, False
         flight.sent_at = sent_at = record.sent if record is not None else {}
         if record is not None:
             record.plan_bytes = len(flight.encoded)
@@ -313,6 +315,9 @@ class RankChannel:
         by the ranks only when they are done with that one."""
         deadline = time.monotonic() + self.step_timeout
         step, got = flight.step, flight.got
+        if flight.broken is not None:            # read while the step before was awaited
+            rank, why = flight.broken
+            raise self.lost(rank, step, "protocol", f"broke the protocol: {why}", flight=flight)
         while len(got) < self.world_size:
             dead, messages = self.wait(deadline)
             self._take_all(messages, flight)
@@ -370,13 +375,20 @@ class RankChannel:
                 raise wire.WireError(f"a message of {len(frames) - 1} frame(s), not 2")
             header = wire.decode_header(frames[1])
         except wire.WireError as e:
-            self.recorder.broken(rank, self.epoch, step, expect, sum(map(len, frames[1:])), str(e))
+            # An undecodable message says neither its epoch nor its step. One its member announced
+            # (FIRED) in an epoch gone by is a kept member's, read after the restore: dropped. One
+            # from a rank that has answered this step answers a plan sent after it (a member
+            # answers in order): that step's failure, raised when it is gathered.
             said = self.garbling.pop(rank, None)
+            ahead = self._ahead_of(flight, rank) if said is None or said == self.epoch else None
+            answers = ahead.step if ahead is not None else step
+            self.recorder.broken(rank, self.epoch, answers, expect, sum(map(len, frames[1:])), str(e))
             if said is not None and said < self.epoch:
-                # an undecodable message carries no epoch; this one its member announced (FIRED)
-                # in an epoch gone by, and a kept member's reply to the step it was resent follows
                 self.note(rank, f"dropped rank {rank}'s garbled reply of epoch {said} (announced "
                                 f"then, read only now)")
+                return
+            if ahead is not None:
+                ahead.broken = ahead.broken or (rank, str(e))
                 return
             raise self.lost(rank, step, "protocol", f"broke the protocol: {e}", flight=flight) from None
         if header.rank != rank:
@@ -404,6 +416,14 @@ class RankChannel:
                 return self.drop(rank, header, body=frames[2], link=copied)
         into.got[rank] = (header, frames[2])     # a plan sent ahead: kept for its turn
         self.recorder.taken(rank, len(frames[1]), len(frames[2]), into.record, into.sent_at[rank], timing)
+
+    def _ahead_of(self, flight: Flight, rank: int) -> Flight | None:
+        """The plan sent after `flight` that `rank`'s next reply answers, if it has answered
+        `flight` already (None: that reply answers `flight`)."""
+        if rank not in flight.got or flight.expect is not MsgType.RESULT:
+            return None
+        later = [f for s, f in self.in_flight.items() if s > flight.step and rank not in f.got]
+        return min(later, key=lambda f: f.step) if later else None
 
     def _drop_rest(self, messages) -> None:
         """Members' replies that came in the same batch as a failure: dropped, counted, logged."""
