@@ -192,6 +192,7 @@ class RankChannel:
         self.rank_of[member.identity] = member.rank
         self._dead.discard(member.rank)
         self.blamed.discard(member.rank)        # a new member, blameless
+        self.garbling.pop(member.rank, None)     # and it has announced nothing
         self.gate.proven(member.fd)
         self.recorder.member(member.rank, member.epoch, member.pid,
                              member.host if member.replaceable else "", member.proof)
@@ -436,6 +437,8 @@ class RankChannel:
                 header = wire.decode_header(frames[1]) if len(frames) == 3 else None
             except wire.WireError:
                 header = None
+            if header is None:
+                self.garbling.pop(rank, None)     # the garbled reply it announced, if any: read
             if header is not None and header.rank == rank:
                 self.drop(rank, header, "(after the step failed)", body=frames[2])
 
