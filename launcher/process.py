@@ -53,16 +53,7 @@ class WorkerProcess:
 
     def wait(self, timeout: float) -> bool:
         """Wait up to `timeout` for the exit; True if it has exited (seen at once by pidfd)."""
-        if self._pidfd is not None:
-            if not readable(self._pidfd, timeout):
-                return False
-            self.proc.wait()
-            return True
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
+        return exited_within(self.proc, timeout, self._pidfd)
 
     def exit_description(self) -> str:
         return describe_status(self.proc.poll())
@@ -154,21 +145,30 @@ def readable(fd: int, timeout: float) -> bool:
     return bool(poller.poll(max(0, int(timeout * 1000 + 0.999))))
 
 
-def exited_within(proc: subprocess.Popen, timeout: float) -> bool:
-    """Whether `proc` exits within `timeout` s, seen the moment it does through a pidfd
-    (Popen.wait with a timeout polls, sleeping up to 50 ms between looks)."""
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except (OSError, AttributeError):         # no pidfd here, or already reaped
+def exited_within(proc: subprocess.Popen, timeout: float, pidfd: int | None = None) -> bool:
+    """Whether `proc` exits within `timeout` s (reaped when it has), seen the moment it does
+    through a pidfd, its own or one opened here (Popen.wait with a timeout polls, sleeping up
+    to 50 ms between looks; it is the way only where there is no pidfd)."""
+    opened = None
+    if pidfd is None:
+        try:
+            pidfd = opened = os.pidfd_open(proc.pid)
+        except (OSError, AttributeError):     # no pidfd here, or already reaped
+            pidfd = None
+    if pidfd is None:
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             return False
         return True
     try:
-        return readable(pidfd, timeout)
+        if not readable(pidfd, timeout):
+            return False
     finally:
-        os.close(pidfd)
+        if opened is not None:
+            os.close(opened)
+    proc.wait()
+    return True
 
 
 def describe_status(code: int | None) -> str:
@@ -405,7 +405,6 @@ class Template:
             if not exited_within(self.proc, 2.0):
                 self.proc.kill()
                 self.proc.wait(timeout=5.0)
-            self.proc.wait()
             self.proc = None
         if self.own_dir and self.log_dir is not None:
             remove_run_dir(self.log_dir)
