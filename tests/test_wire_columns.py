@@ -21,6 +21,7 @@ import struct
 
 import msgpack
 import pytest
+import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -304,11 +305,17 @@ def test_columnar_execution_is_execution_on_the_goldens(name, rung):
 # -- 4. the worker's hot path ------------------------------------------------------------------
 
 class Socket:
+    """Keeps each message sent, frame by frame as ZeroMQ takes them (SNDMORE until the last)."""
+
     def __init__(self):
         self.sent: list[list[bytes]] = []
+        self.partial: list[bytes] = []
 
-    def send_multipart(self, frames):
-        self.sent.append(list(frames))
+    def send(self, frame, flags=0):
+        self.partial.append(frame)
+        if not flags & zmq.SNDMORE:
+            self.sent.append(self.partial)
+            self.partial = []
 
 
 def worker(workload, faults=()) -> Worker:

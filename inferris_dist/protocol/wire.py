@@ -66,6 +66,10 @@ class MsgType(IntEnum):
     FIRED = 10     # worker -> scheduler: the one-shot faults of mine this step's plan set off
 
 
+_TYPE_OF = {int(t): t for t in MsgType}
+_INT_ONLY = frozenset((int,))     # `type(v) is int` for every v, told at C speed (a bool is no int)
+
+
 class Header(NamedTuple):
     version: int
     type: MsgType
@@ -140,14 +144,13 @@ def _unpack(frame: bytes, limit: int, max_bin: int = MAX_STR_LEN) -> Any:
 
 def decode_header(frame: bytes) -> Header:
     raw = _unpack(frame, MAX_HEADER_BYTES)
-    if type(raw) is not tuple or len(raw) != 6 or not all(type(v) is int for v in raw):
+    if type(raw) is not tuple or len(raw) != 6 or not _INT_ONLY.issuperset(map(type, raw)):
         raise WireError("malformed header")
     if raw[0] != PROTOCOL_VERSION:
         raise WireError(f"protocol version {raw[0]}, want {PROTOCOL_VERSION}")
-    try:
-        kind = MsgType(raw[1])
-    except ValueError:
-        raise WireError(f"unknown message type {raw[1]}") from None
+    kind = _TYPE_OF.get(raw[1])           # a dict, not MsgType(n): the enum's call costs us
+    if kind is None:
+        raise WireError(f"unknown message type {raw[1]}")
     return Header(raw[0], kind, raw[2], raw[3], raw[4], raw[5])
 
 

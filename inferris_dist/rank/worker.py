@@ -35,6 +35,7 @@ from inferris_dist.protocol import wire
 from inferris_dist.protocol.faults import FaultPlan, parse_fault
 from inferris_dist.protocol.limits import NO_EXEC_COST, ExecCost
 from inferris_dist.protocol.monitor import monitor_event
+from inferris_dist.protocol.sockets import send_frames
 from inferris_dist.protocol.wire import MsgType
 
 if TYPE_CHECKING:
@@ -118,8 +119,8 @@ class Worker:
         self.exec_cost = NO_EXEC_COST
 
     def send(self, kind: MsgType, step: int, body_bytes: bytes) -> None:
-        self.sock.send_multipart([wire.encode_header(kind, self.epoch, step, self.rank, self.world_size),
-                                  body_bytes])
+        send_frames(self.sock, (wire.encode_header(kind, self.epoch, step, self.rank, self.world_size),
+                                body_bytes))
 
     def recv(self, timeout_s: float | None = None) -> tuple[wire.Header, object] | None:
         """The next message, or None when the wait ran out; exits if the scheduler is gone."""
@@ -272,7 +273,7 @@ class Worker:
         else:
             body = wire.encode_result_of(plan, accepted)
         frames = self.result_frames(plan.step, body, counts)
-        self.sock.send_multipart(frames)
+        send_frames(self.sock, frames)
         self.faults.previous = frames
         executor.apply_columns(ids, starts, counts, num_pages, pages)
 
@@ -282,7 +283,7 @@ class Worker:
         frames = self.result_frames(plan.step, wire.encode_body(MsgType.RESULT, outcomes),
                                     [item.num_tokens for item in plan.items])
         for message in self.faults.sends(firing, self.faults.frames(firing, frames)):
-            self.sock.send_multipart(message)
+            send_frames(self.sock, message)
         self.faults.after_reply(firing, self)
         self.executor.apply(plan)
         self.faults.after_apply(firing, outcomes, self.executor.shard)

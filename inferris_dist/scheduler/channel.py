@@ -34,6 +34,7 @@ from inferris_dist.observe.recorder import Recorder
 from inferris_dist.observe.records import StepRecord
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.keys import ServerKeys
+from inferris_dist.protocol.sockets import send_frames
 from inferris_dist.protocol.wire import MsgType
 from inferris_dist.scheduler.gate import Gate
 from inferris_dist.scheduler.link import Link
@@ -106,6 +107,7 @@ class Flight:
 
 FIRED_HEAD = bytes([0x96, wire.PROTOCOL_VERSION, int(MsgType.FIRED)])   # how a FIRED's header begins
 MAX_FIRED_KEPT = 1024     # fault texts kept per rank (a run's faults for it, generously)
+_POLLIN = int(zmq.POLLIN)   # a plain int: `&` on pyzmq's flag enum costs about a us
 LINK_DONE = object()      # a message's "meta": handed over by the link, which acted on it already
 
 
@@ -581,19 +583,20 @@ class RankChannel:
 
     def _recv(self) -> tuple[list[bytes], Meta | None] | None:
         """One whole message; a non-member's comes with what the transport knows of its sender."""
-        if not self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        sock = self.sock
+        if not sock.getsockopt(zmq.EVENTS) & _POLLIN:
             return None                  # nothing (more) to read: asked, not found by an exception
         try:
-            ident = self.sock.recv(zmq.NOBLOCK)
+            ident = sock.recv(zmq.NOBLOCK)
         except zmq.Again:
             return None
         if ident in self.rank_of:
-            frames = [ident]
-            while self.sock.getsockopt(zmq.RCVMORE):
+            frames, more, recv = [ident], sock.getsockopt, sock.recv
+            while more(zmq.RCVMORE):
                 if len(frames) <= MAX_MEMBER_FRAMES:
-                    frames.append(self.sock.recv())
+                    frames.append(recv())
                 else:
-                    self.sock.recv(copy=False)
+                    recv(copy=False)
                     frames.append(b"")   # counted, not copied: a protocol error, blamed on the rank
             return frames, None
         frames, last = [ident], None
@@ -642,7 +645,7 @@ class RankChannel:
         try:
             frames = [member.identity, header, body, *extra]
             if what is None or what == "duplicated":
-                self.sock.send_multipart(frames, zmq.NOBLOCK if quiet else 0)
+                send_frames(self.sock, frames, zmq.NOBLOCK if quiet else 0)
         except (zmq.ZMQError, AttributeError):
             if quiet or found_later:
                 return
@@ -673,7 +676,7 @@ class RankChannel:
                                                                          f"{step} to rank {rank}"))
         if what == "duplicated":
             try:
-                self.sock.send_multipart(frames, zmq.NOBLOCK)
+                send_frames(self.sock, frames, zmq.NOBLOCK)
             except zmq.ZMQError:
                 return
             self.recorder.sent(rank, self.epoch, step, kind, len(header), len(body), decoded, link=what)
@@ -683,7 +686,7 @@ class RankChannel:
         """A message to `rank` crossed: the plans the link held back for it cross after it."""
         for frames in self.link.after_next(rank):
             try:
-                self.sock.send_multipart(frames, zmq.NOBLOCK)
+                send_frames(self.sock, frames, zmq.NOBLOCK)
             except zmq.ZMQError:
                 pass
 
@@ -692,7 +695,7 @@ class RankChannel:
         they came now (marked: the link acted on them already)."""
         for held in self.link.due_out():
             try:
-                self.sock.send_multipart(held.frames, zmq.NOBLOCK)
+                send_frames(self.sock, held.frames, zmq.NOBLOCK)
             except zmq.ZMQError:
                 continue                       # its member is gone: lost with it
             self._release_reordered(held.rank)
