@@ -23,10 +23,16 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .rundir import make_run_dir, remove_run_dir
+from .template import WORKER_MODULE
 
 MAX_STATUSES = 1024     # exit statuses of forked workers kept (the oldest go first)
-WORKER_MODULE = "inferris_dist.rank.cli"   # what a rank worker runs (its main(argv))
 START_TIMEOUT = 20.0    # seconds for a template to be up, by default
+
+
+def worker_args(rank: int, world_size: int, address: str, parent_pid: int, death_signal: bool) -> list[str]:
+    """A spawned worker's arguments (after the interpreter and module, if any)."""
+    return (["--rank", str(rank), "--world-size", str(world_size), "--connect", address,
+             "--parent-pid", str(parent_pid)] + ["--death-signal"] * death_signal)
 
 class WorkerProcess:
     """One rank's process: its Popen, a sentinel fd for polling, and its stderr log."""
@@ -239,6 +245,62 @@ class ForkedProcess(WorkerProcess):
         return "exited" if code is None else describe_status(code)
 
 
+class _Child:
+    """A child we forked (not through subprocess), as much of a Popen as a template needs:
+    its pid, whether it has exited (seen through a pidfd), a kill, and a bounded wait that
+    reaps it."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except (OSError, AttributeError):
+            self._pidfd = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid, status = self.pid, 0
+            if pid:
+                self._reaped(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None and self._pidfd is not None and timeout is not None \
+                and not readable(self._pidfd, timeout):
+            raise subprocess.TimeoutExpired([str(self.pid)], timeout)
+        if self.returncode is None:
+            if self._pidfd is None and timeout is not None:
+                deadline = time.monotonic() + timeout
+                while self.poll() is None:
+                    if time.monotonic() >= deadline:
+                        raise subprocess.TimeoutExpired([str(self.pid)], timeout)
+                    time.sleep(0.005)
+                return self.returncode
+            try:
+                _, status = os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                status = 0
+            self._reaped(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _reaped(self, status: int) -> None:
+        self.returncode = os.waitstatus_to_exitcode(status)
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
 class Template:
     """The scheduler's side of a template process (inferris_dist.launcher.template): fork workers fast.
 
@@ -262,6 +324,16 @@ class Template:
         self._statuses: dict[int, int] = {}
         self._began = 0.0
         self._up = False
+        self._ahead: dict[int, tuple[list[str], Path]] = {}   # rank -> (argv, log): forked ahead
+        self._ahead_secret = b""
+
+    @classmethod
+    def of_fork(cls, pid: int, sock: socket.socket, log_dir: Path, module: str = WORKER_MODULE) -> "Template":
+        """The template a command line forked itself into (launcher.template.fork_template),
+        begun: the first fork waits for it to be up."""
+        template = cls(module=module, log_dir=log_dir)
+        template.proc, template.sock, template._began = _Child(pid), sock, time.monotonic()
+        return template
 
     def start(self) -> None:
         self.begin()
@@ -309,13 +381,66 @@ class Template:
     def fork(self, rank: int, argv: Sequence[str], secret: bytes, log_path: Path) -> ForkedProcess:
         return self.fork_all([(rank, argv, log_path)], secret)[0]
 
+    def fork_ahead(self, asks: Sequence[tuple[int, Sequence[str], Path]], secret: bytes) -> None:
+        """Ask now for workers the run will want, before it knows it wants them (the command
+        line, as it starts): the template forks them as soon as it is up, and they connect
+        and wait for the scheduler. `fork_all` later takes those it asks for alike (the same
+        rank, arguments and secret) and kills the rest. Asks already ahead stay as they are."""
+        if self._ahead or self.sock is None:
+            return
+        self._send(asks, secret)
+        self._ahead = {rank: (list(argv), log_path) for rank, argv, log_path in asks}
+        self._ahead_secret = secret
+
     def fork_all(self, asks: Sequence[tuple[int, Sequence[str], Path]], secret: bytes) -> list[ForkedProcess]:
         """Fork a worker for each (rank, argv, log path): every ask sent at once, then the
-        answers read (one round trip to the template, not one per worker), in the asks' order."""
+        answers read (one round trip to the template, not one per worker), in the asks' order.
+        A worker forked ahead for the same rank, arguments and secret is the one for its ask
+        (with its own log); those forked ahead and not asked for are killed."""
         self.wait_up()
+        ahead, self._ahead = self._ahead, {}
+        taken = {rank for rank, argv, _ in asks
+                 if rank in ahead and ahead[rank][0] == list(argv) and secret == self._ahead_secret}
+        asks = [(rank, argv, ahead[rank][1] if rank in taken else log_path) for rank, argv, log_path in asks]
+        self._send([a for a in asks if a[0] not in taken], secret)
+        # The answers come in the order of the asks: those sent ahead first, then these.
+        roles: dict[int, list[bool]] = {}             # rank -> for each answer due: is it kept?
+        for rank in ahead:
+            roles.setdefault(rank, []).append(rank in taken)
+        for rank, _, _ in asks:
+            if rank not in taken:
+                roles.setdefault(rank, []).append(True)
+        deadline = time.monotonic() + self.answer_timeout
+        pids: dict[int, int] = {}
+        spare: list[int] = []
+        while any(roles.values()):
+            left = deadline - time.monotonic()
+            if left <= 0:                      # stopped or stuck: given up on, never waited on
+                pid = self.proc.pid if self.proc is not None else "?"
+                raise OSError(f"the worker template (pid {pid}) did not answer within "
+                              f"{self.answer_timeout:g} s (stopped or stuck)")
+            got = self._read(left)
+            if "pid" in got and roles.get(got.get("rank")):
+                if roles[got["rank"]].pop(0):
+                    pids[got["rank"]] = got["pid"]
+                else:
+                    spare.append(got["pid"])
+        for pid in spare:                      # forked ahead for nothing: the template reaps it
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return [ForkedProcess(rank, pids[rank], log_path, self) for rank, _, log_path in asks]
+
+    def _send(self, asks: Sequence[tuple[int, Sequence[str], Path]], secret: bytes) -> None:
+        """The asks, to the template; their logs are made here first, not in the child: a full
+        disk is ours to name (OSError with the file's name)."""
+        if not asks:
+            return
+        for _, _, log_path in asks:
+            open(log_path, "wb").close()
         lines = "".join(json.dumps({"fork": list(argv), "rank": rank, "secret": secret.hex(),
                                     "log": str(log_path)}) + "\n" for rank, argv, log_path in asks)
-        deadline = time.monotonic() + self.answer_timeout
         try:
             self.sock.settimeout(self.answer_timeout)     # a stopped template's buffer may be full
             self.sock.sendall(lines.encode())
@@ -324,17 +449,6 @@ class Template:
         finally:
             if self.sock is not None:
                 self.sock.settimeout(None)
-        pids: dict[int, int] = {}
-        while len(pids) < len(asks):
-            left = deadline - time.monotonic()
-            if left <= 0:                      # stopped or stuck: given up on, never waited on
-                pid = self.proc.pid if self.proc is not None else "?"
-                raise OSError(f"the worker template (pid {pid}) did not answer within "
-                              f"{self.answer_timeout:g} s (stopped or stuck)")
-            got = self._read(left)
-            if "pid" in got and got.get("rank") in {rank for rank, _, _ in asks}:
-                pids[got["rank"]] = got["pid"]
-        return [ForkedProcess(rank, pids[rank], log_path, self) for rank, _, log_path in asks]
 
     def status_of(self, pid: int, wait: float = 0.0) -> int | None:
         """The wait status the template reported for `pid` (reading its notes up to `wait` s)."""
@@ -414,9 +528,10 @@ class Template:
 def fork_workers(template: Template, argv_for_rank: Callable[[int], Sequence[str]], secret: bytes,
                  ranks: Sequence[int], log_dir: Path) -> list[WorkerProcess]:
     """Fork one worker per rank from `template` (argv without the interpreter: the module's)."""
-    asks = []
-    for rank in ranks:
-        log_path = log_dir / f"rank{rank}.{int(time.monotonic() * 1000)}.log"
-        open(log_path, "wb").close()       # here, not in the child: a full disk is ours to name
-        asks.append((rank, argv_for_rank(rank), log_path))
+    asks = [(rank, argv_for_rank(rank), log_path_of(log_dir, rank)) for rank in ranks]
     return template.fork_all(asks, secret)
+
+
+def log_path_of(log_dir: Path, rank: int) -> Path:
+    """Where a new worker of `rank` writes its stderr (made when it is asked for)."""
+    return log_dir / f"rank{rank}.{int(time.monotonic() * 1000)}.log"

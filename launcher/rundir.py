@@ -7,8 +7,9 @@ is alive (a PID means nothing from another PID namespace). A scheduler killed wi
 SIGKILL cannot remove its own directory: the kernel drops its lock, and the next run
 removes every directory of ours whose lock it can take.
 
-The lock fd is opened O_CLOEXEC, so no worker or template (all started with exec)
-inherits it: an inherited fd would share the lock and keep a dead run "alive".
+The lock fd is opened O_CLOEXEC, so no worker or template started with exec inherits it
+(a template the command line forks closes every descriptor it does not use): an inherited
+fd would share the lock and keep a dead run "alive".
 flock, not fcntl/lockf: a POSIX lock is the process's, so a process would take its
 own live run's lock again and sweep it; a flock lock is the open file's.
 
@@ -106,6 +107,14 @@ def short_roots() -> list[str]:
     """Where a socket directory may go when the run directory is too deep for one."""
     roots = [os.environ.get("XDG_RUNTIME_DIR", ""), "/tmp"]
     return [r for r in roots if r.startswith("/")]
+
+
+MAX_IPC_PATH = 100       # sun_path holds 108 bytes
+
+
+def local_endpoint(run_dir: str | Path) -> str:
+    """The address of the run's own unix socket, where its spawned workers connect."""
+    return f"ipc://{socket_path(run_dir, 's', MAX_IPC_PATH)}"
 
 
 def socket_path(run_dir: str | Path, name: str, limit: int, roots: list[str] | None = None) -> Path:

@@ -17,17 +17,19 @@ through a pidfd). A forked child starts its own session, reads the secret on
 stdin, writes stderr to its log, and runs `MODULE.main(ARGV)`. The template
 dies with the scheduler (parent-death signal and a pidfd on it), and its
 children with it.
+
+A command line that starts workers can instead fork itself into the template as it starts
+(`fork_template`), before it has imported anything but itself: no second interpreter to
+start, and the template's imports run on the other core while the command reads its flags.
 """
 from __future__ import annotations
 
-import ctypes
-import importlib
-import json
 import os
-import select
 import signal
 import socket
 import sys
+
+WORKER_MODULE = "inferris_dist.rank.cli"   # what a rank worker runs (its main(argv))
 
 
 def _die_with_parent(death_signal: bool) -> int:
@@ -35,6 +37,7 @@ def _die_with_parent(death_signal: bool) -> int:
     kill us with it. That signal follows the parent's *thread* that started us, so the
     scheduler asks for it only when starting us from its main thread."""
     if death_signal:
+        import ctypes
         try:
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)   # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
@@ -74,19 +77,66 @@ def _child(module, argv: list[str], secret: str, log: str, keep: list[int]) -> N
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException as e:       # anything else: last words, then out
+        _leave(code, "template child", e)
+    _leave(code)
+
+
+def _leave(code: int, who: str = "", error: BaseException | None = None) -> None:
+    """Out of a forked process, with last words in its log for an error: never back into the
+    code it was forked from (no exit handler of that code runs, no buffer of it is flushed)."""
+    if error is not None:
         try:
-            os.write(2, f"template child: {type(e).__name__}: {e}\n".encode())
+            os.write(2, f"{who}: {type(error).__name__}: {error}\n".encode())
         except OSError:
             pass
-    finally:
-        try:
-            sys.stderr.flush()
-        except Exception:
-            pass
-        os._exit(code)
+    try:
+        sys.stderr.flush()
+    except Exception:
+        pass
+    os._exit(code)
+
+
+def fork_template(module_name: str, log_path: str) -> tuple[int, socket.socket]:
+    """Fork this process into a template for `module_name`: (its pid, our end of the
+    socketpair). Only for a process with one thread and no ZeroMQ context yet (a command line
+    as it starts): the child is a copy of it. The child starts a session of its own (Ctrl-C at
+    the terminal is the scheduler's to handle), writes its stderr to `log_path`, serves, and
+    leaves with os._exit: nothing of the command line's runs in it (no exit handler, no flush
+    of the parent's buffers)."""
+    ours, theirs = socket.socketpair()
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    pid = os.fork()
+    if pid:
+        theirs.close()
+        os.close(log)
+        return pid, ours
+    try:
+        os.setsid()
+        ours.close()
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.dup2(log, 2)
+        os.close(null)
+        os.close(log)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        sys.stdin = open(0, "r", closefd=False)
+        sys.stdout = open(1, "w", closefd=False)
+        sys.stderr = open(2, "w", closefd=False, buffering=1)
+        fd = theirs.detach()
+        os.closerange(3, fd)          # nothing else of the command line's: its run directory's
+        os.closerange(fd + 1, 1 << 20)   # lock above all (held, it would keep a dead run "alive")
+        serve(module_name, fd, True)
+    except BaseException as e:
+        _leave(0, "template", e)
+    _leave(0)
 
 
 def serve(module_name: str, fd: int, death_signal: bool) -> None:
+    import importlib
+    import json
+    import select
     module = importlib.import_module(module_name)           # the one import every child shares
     sock = socket.socket(fileno=fd)
     parent_fd = _die_with_parent(death_signal)

@@ -4,6 +4,7 @@ seen through a pidfd and described (the template reaps them and reports the stat
 nothing outlives the scheduler: the template dies with it, its children with the template."""
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -176,3 +177,125 @@ def test_a_template_begun_early_is_waited_for_at_its_first_fork():
         log_dir = template.log_dir
         template.close()
     assert not log_dir.exists()
+
+
+# -- a template the command line forks itself into, and workers asked for ahead ------------------
+
+FORKED = textwrap.dedent('''
+    import json, os, sys, time
+    from inferris_dist.launcher.rundir import make_run_dir, remove_run_dir
+    from inferris_dist.launcher.template import fork_template
+    run_dir = make_run_dir()                              # as the command line makes it: locked
+    pid, sock = fork_template("tests.helpers.template_child", str(run_dir / "template.log"))
+    from inferris_dist.launcher.process import Template, fork_workers, stop_workers
+    template = Template.of_fork(pid, sock, run_dir, module="tests.helpers.template_child")
+    ahead = [(r, [str(r)], run_dir / f"ahead{r}.log") for r in range(3)]
+    template.fork_ahead(ahead, b"s3cret")
+    template.wait_up()
+    fds = sorted(os.listdir(f"/proc/{pid}/fd"))
+    targets = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in fds]
+    asked = json.loads(sys.argv[1])                       # rank -> argv the run asks for
+    workers = fork_workers(template, lambda r: asked[str(r)], b"s3cret", [int(r) for r in asked], run_dir)
+    pids = {w.rank: w.pid for w in workers}
+    logs = {w.rank: w.log_path.name for w in workers}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(w.last_words() for w in workers):
+        time.sleep(0.01)
+    words = {w.rank: w.last_words() for w in workers}
+    deadline = time.monotonic() + 5          # a spare killed is gone once the template reaps it
+    while True:
+        children = open(f"/proc/{pid}/task/{pid}/children").read().split()
+        if len(children) <= len(workers) or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    stop_workers(workers, grace=0.0, term_wait=2.0)
+    template.close()
+    remove_run_dir(run_dir)
+    print(json.dumps({"template": pid, "pids": pids, "logs": logs, "words": words,
+                      "children": [int(c) for c in children], "targets": targets,
+                      "run_dir": str(run_dir)}))
+''')
+
+
+def forked_template_run(asked: dict[int, list[str]]) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", FORKED, json.dumps(asked)], capture_output=True,
+                          text=True, timeout=40, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_workers_asked_for_ahead_are_the_ones_a_fork_of_the_same_gets():
+    """The command line forks itself into the template and asks for the run's workers before
+    it knows it runs: the group's first start, asking for the same ranks and arguments, gets
+    those very processes (their logs made ahead), each with its secret; nothing is left."""
+    got = forked_template_run({0: ["0"], 1: ["1"], 2: ["2"]})
+    assert sorted(got["logs"].values()) == ["ahead0.log", "ahead1.log", "ahead2.log"]
+    assert sorted(got["children"]) == sorted(got["pids"].values())     # three forks, no more
+    assert all(got["words"][r] == f"rank {r} has s3cret" for r in ("0", "1", "2"))
+    assert all_gone([got["template"], *got["pids"].values()], 5) == []
+    assert not os.path.exists(got["run_dir"])
+
+
+def test_workers_asked_for_ahead_and_not_wanted_are_killed():
+    """A start that asks for other arguments (or fewer ranks) gets fresh workers; those forked
+    ahead for nothing are killed at once, not left to connect."""
+    got = forked_template_run({0: ["0"], 1: ["other"]})
+    assert got["logs"]["0"] == "ahead0.log" and got["logs"]["1"] != "ahead1.log"
+    assert got["words"]["1"] == "rank other has s3cret"
+    assert len(got["children"]) == 2, "the spare workers outlived the start that did not want them"
+    assert all_gone([got["template"], *got["pids"].values()], 5) == []
+
+
+def test_a_forked_template_keeps_nothing_of_the_command_line_but_its_socket():
+    """Forked, it would inherit every descriptor of the command line: the run directory's lock
+    above all, which would keep a killed run's directory from being swept. It keeps its
+    standard streams (the log for stderr) and its end of the socketpair; the rest is its own
+    (the pipe of its signal wake-up, a pidfd on the scheduler)."""
+    got = forked_template_run({0: ["0"]})
+    targets = got["targets"]
+    assert not any(t.endswith("/lock") for t in targets), targets
+    assert targets[2].endswith("template.log")
+    assert sum(t.startswith("socket:") for t in targets) == 1, targets
+    assert all(t.startswith(("socket:", "pipe:", "anon_inode:", "/dev/null")) or t.endswith("template.log")
+               for t in targets), targets
+
+
+EARLY = textwrap.dedent('''
+    import json, sys
+    import inferris_dist
+    from inferris_dist.cli.main import WorkerTemplate
+    from inferris_dist.engine import load_workload, run_workload, trace_dicts
+    early = WorkerTemplate.for_argv(sys.argv[1:])
+    logs_ahead = sorted(p.name for p in early.run_dir.glob("rank*.log"))
+    workload = load_workload({"engine": {"world_size": 2},
+                              "requests": [{"request_id": "a", "prompt_len": 5, "max_new_tokens": 3}]})
+    try:
+        with inferris_dist.launch(workload, **early.options(10.0)) as engine:
+            same = trace_dicts(engine) == run_workload(workload)
+            used = sorted(w.log_path.name for w in engine.group.workers.values())
+        logs_after = sorted(p.name for p in early.run_dir.glob("rank*.log"))
+    finally:
+        early.close()
+    print(json.dumps({"same": same, "ahead": logs_ahead, "used": used, "after": logs_after}))
+''')
+
+
+@pytest.mark.parametrize("argv,taken", [(["launch", "--world-size", "2"], True),
+                                        (["launch", "--world-size=2", "--json"], True),
+                                        (["compare", "--world-size", "3"], False),
+                                        (["launch"], False)])
+def test_the_command_line_forks_the_runs_workers_ahead_when_it_names_the_world_size(argv, taken):
+    """`--world-size N` on the command line: its N workers are forked as it starts, and the
+    run uses them. A run of another size than the line said gets workers of its own (the
+    spares killed); a line that names none forks none ahead."""
+    done = subprocess.run([sys.executable, "-c", EARLY, *argv], capture_output=True, text=True,
+                          timeout=40, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["same"]
+    if taken:
+        assert got["used"] == got["ahead"] == got["after"] and len(got["used"]) == 2
+    else:
+        assert not set(got["used"]) & set(got["ahead"]) and len(got["used"]) == 2
+        assert len(got["ahead"]) == (3 if "3" in argv else 0)

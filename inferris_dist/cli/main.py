@@ -413,44 +413,90 @@ def cmd_launch(args) -> int:
     return launching.run_launch(workload, name, args, made_for(args), started)
 
 
-class WorkerTemplate:
-    """The run directory and the template a launch's (or compare's) workers fork from, begun as
-    the command starts, before its flags are parsed, its workload read and the control plane
-    imported: the template's interpreter and imports run meanwhile, on a core of their own
-    where there is one. Gone when the command ends. None for a command that spawns no workers
-    (every other command, and --listen); no template when one cannot be started (each worker
-    then starts afresh)."""
+MAX_AHEAD = 64        # workers forked ahead at most, on the command line's word (--world-size N)
 
-    def __init__(self, run_dir, template):
-        self.run_dir, self.template = run_dir, template
+
+class WorkerTemplate:
+    """The run directory and the template a launch's (or compare's) workers fork from, made as
+    the command starts, before its flags are parsed, its workload read and the control plane
+    imported: the command forks itself into the template (one thread, no ZeroMQ yet: nothing
+    to inherit but its own code), whose imports run meanwhile, on a core of their own where
+    there is one. Given `--world-size N`, it forks the run's N workers ahead too, with the run
+    secret made here: they connect to the run's socket and wait for the scheduler to bind it
+    (the group takes them if its first start asks for the same; it kills them if not). Gone
+    when the command ends. None for a command that spawns no workers (every other command,
+    and --listen); no template when one cannot be made (each worker then starts afresh)."""
+
+    def __init__(self, run_dir, template, secret: bytes):
+        self.run_dir, self.template, self.secret = run_dir, template, secret
 
     @classmethod
     def for_argv(cls, argv: list[str]) -> WorkerTemplate | None:
         if argv[:1] not in (["launch"], ["compare"]) or any(
                 a == "--listen" or a.startswith("--listen=") for a in argv):
             return None
-        from inferris_dist.launcher import make_run_dir
-        from inferris_dist.launcher.process import Template
+        from inferris_dist.launcher.rundir import make_run_dir
+        from inferris_dist.launcher.template import WORKER_MODULE, fork_template
         run_dir = make_run_dir()             # the run's: the group's workers log in it too
-        template = Template(log_dir=run_dir)
+        secret = os.urandom(32)
         try:
-            template.begin()
+            pid, sock = fork_template(WORKER_MODULE, str(run_dir / "template.log"))
         except OSError:
-            template.close()
-            template = None
-        return cls(run_dir, template)
+            pid = sock = None
+        from inferris_dist.launcher.process import Template
+        if sock is None:
+            template = Template(log_dir=run_dir)        # a fresh interpreter, then
+            try:
+                template.begin()
+            except OSError:
+                template.close()
+                return cls(run_dir, None, secret)
+        else:
+            template = Template.of_fork(pid, sock, run_dir)
+        world_size = _world_size_in(argv)
+        if world_size is not None:
+            try:
+                _fork_ahead(template, run_dir, world_size, secret)
+            except OSError:
+                pass                         # the group asks again, the usual way
+        return cls(run_dir, template, secret)
 
     def options(self, step_timeout: float) -> dict:
         """As LaunchOptions fields; a fork not answered within the step timeout gives it up."""
         if self.template is not None:
             self.template.answer_timeout = min(self.template.start_timeout, step_timeout)
-        return {"template": self.template, "run_dir": self.run_dir}
+        return {"template": self.template, "run_dir": self.run_dir, "secret": self.secret}
 
     def close(self) -> None:
         from inferris_dist.launcher import remove_run_dir
         if self.template is not None:
             self.template.close()
         remove_run_dir(self.run_dir)
+
+
+def _world_size_in(argv: list[str]) -> int | None:
+    """The world size the command line gives, read before its parser exists (the last one
+    given, as argparse takes it); None when it gives none, or none that is a plain 1..MAX_AHEAD
+    (a value the parser refuses must not start a process)."""
+    found = None
+    for i, a in enumerate(argv):
+        if a == "--world-size" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif a.startswith("--world-size="):
+            found = a.partition("=")[2]
+    if found is None or not found.isdigit() or not 1 <= int(found) <= MAX_AHEAD:
+        return None
+    return int(found)
+
+
+def _fork_ahead(template, run_dir, world_size: int, secret: bytes) -> None:
+    """Ask the template for the run's first workers now (see WorkerTemplate), as the group's
+    first start will ask for them: the same arguments."""
+    from inferris_dist.launcher.process import log_path_of, worker_args
+    from inferris_dist.launcher.rundir import local_endpoint
+    address = local_endpoint(run_dir)
+    template.fork_ahead([(rank, worker_args(rank, world_size, address, template.pid, True),
+                          log_path_of(run_dir, rank)) for rank in range(world_size)], secret)
 
 
 def made_for(args) -> dict:

@@ -45,6 +45,7 @@ PARENT_CHECK_MS = 500
 ANSWERED_KEPT = 8               # plans remembered as answered, to carry out a duplicated one once
 HANDSHAKE_TIMEOUT_S = 30.0      # spawned: the scheduler is there already
 HEARTBEAT_MS, HEARTBEAT_TIMEOUT_MS = 1000, 3000   # started by someone else: leave within ~4 s
+SPAWNED_RECONNECT_MS = 2        # a spawned worker tries its socket this often until it is there
 HELLO_EVERY_S = 1.0             # a HELLO is repeated until CONFIG: one sent early is not lost
 EXIT_GONE, EXIT_USAGE, EXIT_PROTOCOL = 1, 2, 3
 
@@ -90,6 +91,8 @@ class Worker:
         self.poller.register(self.sock, zmq.POLLIN)
         self.monitor = None
         self.connected = False
+        if parent_pid is not None:       # forked ahead, it may come before the socket is bound
+            self.sock.setsockopt(zmq.RECONNECT_IVL, SPAWNED_RECONNECT_MS)
         if parent_pid is None:           # nobody to watch but the connection itself
             self.sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_MS)
             self.sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)

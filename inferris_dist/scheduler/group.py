@@ -54,7 +54,6 @@ from inferris_dist.scheduler.options import LaunchOptions
 LOOPBACK = "tcp://127.0.0.1"
 LOCAL = "local"          # a unix socket in a private directory of ours (mode 0700), never TCP
 DESCRIPTORS_BASE = 48   # ZeroMQ's context and sockets, the template, our files and standard streams
-MAX_IPC_PATH = 100       # sun_path holds 108 bytes
 
 
 class ProcessGroup:
@@ -81,7 +80,7 @@ class ProcessGroup:
         self.unfired = list(self.faults)   # faults whose step no plan has reached yet
         self.last_planned: int | None = None   # the step of the last plan sent
         self.keys = ServerKeys.load(options.keys, self.world_size) if options.keys is not None else None
-        self.secret = secrets.token_bytes(32)
+        self.secret = options.secret if options.secret is not None else secrets.token_bytes(32)
         self.log_dir: Path | None = None
         if options.listen is None:
             self.members = None           # Spawned, made in start() with the log directory
@@ -181,10 +180,10 @@ class ProcessGroup:
         Where the run directory is too deep for a socket path, the socket goes to a short
         private directory of ours (removed with the run); without one, OSError. Never TCP,
         which every local user can reach (only an explicit `bind` address is used as given)."""
-        from inferris_dist.launcher.rundir import socket_path
+        from inferris_dist.launcher.rundir import local_endpoint
         if self.options.bind != LOCAL:
             return f"{self.options.bind}:0"
-        return f"ipc://{socket_path(self.log_dir, 's', MAX_IPC_PATH)}"
+        return local_endpoint(self.log_dir)
 
     def _admit(self, ranks: Sequence[int], shard: list, step: int) -> list[int]:
         """Admit members for `ranks`; during a restart (step >= 0) a member of another rank

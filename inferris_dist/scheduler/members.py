@@ -21,7 +21,14 @@ import time
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
-from inferris_dist.launcher import Template, WorkerProcess, fork_workers, spawn_workers, stop_workers
+from inferris_dist.launcher import (
+    Template,
+    WorkerProcess,
+    fork_workers,
+    spawn_workers,
+    stop_workers,
+    worker_args,
+)
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.keys import ServerKeys
 from inferris_dist.protocol.wire import MsgType
@@ -59,9 +66,7 @@ class Spawned:
         channel.explain = self.explain
 
     def worker_args(self, rank: int, parent_pid: int, death_signal: bool) -> list[str]:
-        return (["--rank", str(rank), "--world-size", str(self.channel.world_size),
-                 "--connect", self.channel.address, "--parent-pid", str(parent_pid)]
-                + ["--death-signal"] * death_signal)
+        return worker_args(rank, self.channel.world_size, self.channel.address, parent_pid, death_signal)
 
     def argv(self, rank: int) -> list[str]:
         """A fresh interpreter's command line; the parent-death signal follows the spawning

@@ -44,6 +44,9 @@ class LaunchOptions:
     run_dir: Path | None = None         # a run directory made already (make_run_dir), the workers'
                                         # logs and socket go in it; its maker removes it. None: the
                                         # group's own
+    secret: bytes | None = None         # the run secret spawned workers prove they hold; None: a
+                                        # fresh one (the command line makes it as it starts, to
+                                        # have the template fork the workers ahead with it)
     spin_us: int | None = None          # spin before sleeping in a gather; None: 2000 while the
                                         # ranks leave a core free for the scheduler, else 0
     bind: str = "local"                 # where spawned workers connect: "local" (a private unix
