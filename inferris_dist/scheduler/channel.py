@@ -24,7 +24,7 @@ import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import zmq
 
@@ -33,11 +33,13 @@ from inferris_dist.engine.errors import MachineFailure
 from inferris_dist.observe.recorder import Recorder
 from inferris_dist.observe.records import StepRecord
 from inferris_dist.protocol import wire
-from inferris_dist.protocol.keys import ServerKeys
 from inferris_dist.protocol.sockets import send_frames
 from inferris_dist.protocol.wire import MsgType
 from inferris_dist.scheduler.gate import Gate
 from inferris_dist.scheduler.link import Link
+
+if TYPE_CHECKING:
+    from inferris_dist.protocol.keys import ServerKeys
 
 MAX_RETIRED = 256           # identities of former members remembered, to tell them to exit
 MAX_STRANGER_FRAMES = 4     # frames of a message from a non-member kept (the rest are dropped)

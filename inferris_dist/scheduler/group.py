@@ -42,7 +42,6 @@ from inferris_dist.observe.recorder import Recorder
 from inferris_dist.observe.records import StepRecord
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.faults import parse_faults
-from inferris_dist.protocol.keys import ServerKeys
 from inferris_dist.protocol.wire import MsgType
 from inferris_dist.scheduler.channel import Flight, RankChannel, lost_verdict
 from inferris_dist.scheduler.gate import DESCRIPTORS_PER_RANK, raise_descriptor_limit
@@ -79,7 +78,10 @@ class ProcessGroup:
                                    link=Link(self.faults))
         self.unfired = list(self.faults)   # faults whose step no plan has reached yet
         self.last_planned: int | None = None   # the step of the last plan sent
-        self.keys = ServerKeys.load(options.keys, self.world_size) if options.keys is not None else None
+        self.keys = None
+        if options.keys is not None:          # CURVE: a run with members from elsewhere
+            from inferris_dist.protocol.keys import ServerKeys
+            self.keys = ServerKeys.load(options.keys, self.world_size)
         self.secret = options.secret if options.secret is not None else secrets.token_bytes(32)
         self.log_dir: Path | None = None
         if options.listen is None:

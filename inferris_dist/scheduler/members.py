@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 from inferris_dist.launcher import (
     Template,
@@ -30,10 +30,12 @@ from inferris_dist.launcher import (
     worker_args,
 )
 from inferris_dist.protocol import wire
-from inferris_dist.protocol.keys import ServerKeys
 from inferris_dist.protocol.wire import MsgType
 from inferris_dist.scheduler.channel import Meta, RankChannel
 from inferris_dist.scheduler.gate import user_id
+
+if TYPE_CHECKING:
+    from inferris_dist.protocol.keys import ServerKeys
 
 MAX_GONE = 4096       # workers known to be gone kept by pid (per run); older ones are only counted
 

@@ -1506,7 +1506,7 @@ window.addEventListener('resize', resize);
 // -- links: PAGE#step=K opens step K, PAGE#t=A-B shows seconds A to B of the run (since its
 // start, as the axis counts them), and both may be given (#step=K&t=A-B). Once the page is up,
 // the address follows what is shown, so that it is a link to it.
-const NUM = '(\\d{1,12}(?:\\.\\d{0,9})?|\\.\\d{1,9})';
+const NUM = '(-?(?:\\d{1,12}(?:\\.\\d{0,9})?|\\.\\d{1,9}))';   // signed: a view may begin before the run
 const RANGE = new RegExp('^' + NUM + '-' + NUM + '$');
 function parseLink(hash) {
   const out = {};
@@ -1523,7 +1523,7 @@ let linkOn = false, linkTimer = 0, linkFirst = '';
 function linkOf() {
   const w = Math.max(1e-6, (v1 - v0) / 1e6);
   const d = Math.max(0, Math.min(6, Math.ceil(-Math.log10(w)) + 3));
-  const t = 't=' + Math.max(0, v0 / 1e6).toFixed(d) + '-' + Math.max(0, v1 / 1e6).toFixed(d);
+  const t = 't=' + (v0 / 1e6).toFixed(d) + '-' + (v1 / 1e6).toFixed(d);
   return '#' + (selStep !== null ? 'step=' + selStep + '&' : '') + t;
 }
 function linkTo() {                     // the address, once what is shown has settled
