@@ -262,40 +262,47 @@ def test_a_forked_template_keeps_nothing_of_the_command_line_but_its_socket():
 
 
 EARLY = textwrap.dedent('''
-    import json, sys
+    import json, sys, time
     import inferris_dist
     from inferris_dist.cli.main import WorkerTemplate
     from inferris_dist.engine import load_workload, run_workload, trace_dicts
-    early = WorkerTemplate.for_argv(sys.argv[1:])
-    logs_ahead = sorted(p.name for p in early.run_dir.glob("rank*.log"))
+    early = WorkerTemplate.for_argv(["launch"])
+    early.fork_ahead(int(sys.argv[1]))                   # as the command line does, once it has
+    logs_ahead = sorted(p.name for p in early.run_dir.glob("rank*.log"))   # read the workload
     workload = load_workload({"engine": {"world_size": 2},
                               "requests": [{"request_id": "a", "prompt_len": 5, "max_new_tokens": 3}]})
     try:
         with inferris_dist.launch(workload, **early.options(10.0)) as engine:
             same = trace_dicts(engine) == run_workload(workload)
             used = sorted(w.log_path.name for w in engine.group.workers.values())
+            deadline = time.monotonic() + 5      # a spare killed is gone once the template reaps it
+            pid = early.template.pid
+            while True:
+                children = open(f"/proc/{pid}/task/{pid}/children").read().split()
+                if len(children) <= 2 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
         logs_after = sorted(p.name for p in early.run_dir.glob("rank*.log"))
     finally:
         early.close()
-    print(json.dumps({"same": same, "ahead": logs_ahead, "used": used, "after": logs_after}))
+    print(json.dumps({"same": same, "ahead": logs_ahead, "used": used, "after": logs_after,
+                      "children": len(children)}))
 ''')
 
 
-@pytest.mark.parametrize("argv,taken", [(["launch", "--world-size", "2"], True),
-                                        (["launch", "--world-size=2", "--json"], True),
-                                        (["compare", "--world-size", "3"], False),
-                                        (["launch"], False)])
-def test_the_command_line_forks_the_runs_workers_ahead_when_it_names_the_world_size(argv, taken):
-    """`--world-size N` on the command line: its N workers are forked as it starts, and the
-    run uses them. A run of another size than the line said gets workers of its own (the
-    spares killed); a line that names none forks none ahead."""
-    done = subprocess.run([sys.executable, "-c", EARLY, *argv], capture_output=True, text=True,
+@pytest.mark.parametrize("ahead", [2, 3, 0, 65])
+def test_the_command_line_forks_the_runs_workers_ahead(ahead):
+    """Once the workload is read, the command line asks its template for the workload's
+    workers, and the run uses them. Workers asked for that the run does not want (another
+    size) are killed, and it gets its own; none are asked for beyond MAX_AHEAD."""
+    done = subprocess.run([sys.executable, "-c", EARLY, str(ahead)], capture_output=True, text=True,
                           timeout=40, cwd=REPO)
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
-    assert got["same"]
-    if taken:
-        assert got["used"] == got["ahead"] == got["after"] and len(got["used"]) == 2
+    assert got["same"] and len(got["used"]) == 2
+    if ahead == 2:
+        assert got["used"] == got["ahead"] == got["after"]
     else:
-        assert not set(got["used"]) & set(got["ahead"]) and len(got["used"]) == 2
-        assert len(got["ahead"]) == (3 if "3" in argv else 0)
+        assert not set(got["used"]) & set(got["ahead"])
+        assert len(got["ahead"]) == (ahead if ahead <= 64 else 0)
+    assert got["children"] == 2, "a spare worker outlived the start that did not want it"

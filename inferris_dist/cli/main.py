@@ -409,11 +409,12 @@ def cmd_launch(args) -> int:
     from inferris_dist.cli.workload_source import workload_from_flags
     started = time.monotonic()               # the run's start-up counts from here
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
+    made = made_for(args, workload)          # the workers forked ahead, while we import
     from inferris_dist.cli import cmd_launch as launching  # the executor on processes: when used
-    return launching.run_launch(workload, name, args, made_for(args), started)
+    return launching.run_launch(workload, name, args, made, started)
 
 
-MAX_AHEAD = 64        # workers forked ahead at most, on the command line's word (--world-size N)
+MAX_AHEAD = 64        # workers forked ahead at most (a bigger run forks its own, once checked)
 
 
 class WorkerTemplate:
@@ -421,11 +422,12 @@ class WorkerTemplate:
     the command starts, before its flags are parsed, its workload read and the control plane
     imported: the command forks itself into the template (one thread, no ZeroMQ yet: nothing
     to inherit but its own code), whose imports run meanwhile, on a core of their own where
-    there is one. Given `--world-size N`, it forks the run's N workers ahead too, with the run
-    secret made here: they connect to the run's socket and wait for the scheduler to bind it
-    (the group takes them if its first start asks for the same; it kills them if not). Gone
-    when the command ends. None for a command that spawns no workers (every other command,
-    and --listen); no template when one cannot be made (each worker then starts afresh)."""
+    there is one. Once the workload is read, the template forks the run's workers ahead, with
+    the run secret made here, while the control plane is imported: they connect to the run's
+    socket and wait for the scheduler to bind it (the group's first start takes them; any it
+    does not ask for are killed). Gone when the command ends. None for a command that spawns
+    no workers (every other command, and --listen); no template when one cannot be made (each
+    worker then starts afresh)."""
 
     def __init__(self, run_dir, template, secret: bytes):
         self.run_dir, self.template, self.secret = run_dir, template, secret
@@ -453,13 +455,22 @@ class WorkerTemplate:
                 return cls(run_dir, None, secret)
         else:
             template = Template.of_fork(pid, sock, run_dir)
-        world_size = _world_size_in(argv)
-        if world_size is not None:
-            try:
-                _fork_ahead(template, run_dir, world_size, secret)
-            except OSError:
-                pass                         # the group asks again, the usual way
         return cls(run_dir, template, secret)
+
+    def fork_ahead(self, world_size: int) -> None:
+        """Ask the template for the run's first workers now, as the group's first start will
+        ask for them (the same arguments): at most MAX_AHEAD."""
+        if self.template is None or not 1 <= world_size <= MAX_AHEAD:
+            return
+        from inferris_dist.launcher.process import log_path_of, worker_args
+        from inferris_dist.launcher.rundir import local_endpoint
+        try:
+            address = local_endpoint(self.run_dir)
+            self.template.fork_ahead([(rank, worker_args(rank, world_size, address, self.template.pid, True),
+                                       log_path_of(self.run_dir, rank)) for rank in range(world_size)],
+                                     self.secret)
+        except OSError:
+            pass                             # the group asks again, the usual way, and says why
 
     def options(self, step_timeout: float) -> dict:
         """As LaunchOptions fields; a fork not answered within the step timeout gives it up."""
@@ -474,35 +485,14 @@ class WorkerTemplate:
         remove_run_dir(self.run_dir)
 
 
-def _world_size_in(argv: list[str]) -> int | None:
-    """The world size the command line gives, read before its parser exists (the last one
-    given, as argparse takes it); None when it gives none, or none that is a plain 1..MAX_AHEAD
-    (a value the parser refuses must not start a process)."""
-    found = None
-    for i, a in enumerate(argv):
-        if a == "--world-size" and i + 1 < len(argv):
-            found = argv[i + 1]
-        elif a.startswith("--world-size="):
-            found = a.partition("=")[2]
-    if found is None or not found.isdigit() or not 1 <= int(found) <= MAX_AHEAD:
-        return None
-    return int(found)
-
-
-def _fork_ahead(template, run_dir, world_size: int, secret: bytes) -> None:
-    """Ask the template for the run's first workers now (see WorkerTemplate), as the group's
-    first start will ask for them: the same arguments."""
-    from inferris_dist.launcher.process import log_path_of, worker_args
-    from inferris_dist.launcher.rundir import local_endpoint
-    address = local_endpoint(run_dir)
-    template.fork_ahead([(rank, worker_args(rank, world_size, address, template.pid, True),
-                          log_path_of(run_dir, rank)) for rank in range(world_size)], secret)
-
-
-def made_for(args) -> dict:
-    """What launch and compare hand the group: the template begun as the command started."""
+def made_for(args, workload) -> dict:
+    """What launch and compare hand the group: the template forked as the command started,
+    asked now for the workload's workers."""
     early = getattr(args, "early", None)
-    return early.options(args.step_timeout) if early is not None else {}
+    if early is None:
+        return {}
+    early.fork_ahead(workload.config.world_size)
+    return early.options(args.step_timeout)
 
 
 def cmd_keys(args) -> int:
@@ -555,8 +545,9 @@ def cmd_chaos(args) -> int:
 def cmd_compare(args) -> int:
     from inferris_dist.cli.workload_source import workload_from_flags
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
+    made = made_for(args, workload)
     from inferris_dist.cli import cmd_launch as launching
-    return launching.run_compare(workload, name, args, made_for(args))
+    return launching.run_compare(workload, name, args, made)
 
 
 # name: (its line in `inferris-dist --help`, what adds its flags, what runs it), in --help's order
