@@ -7,19 +7,27 @@ and result sizes to N processes, over a unix socket as the workers have, no engi
                                       [--json FILE]
 
 For each world size, each kind of pass runs in a process of its own (a heap and a collector
-of its own, as a run alone has): the floor, in process at N ranks, on N worker processes, and
-in process at 1 rank. The workers and the floor's echo processes are started once, outside
-the timing, and every kind runs one pass untimed. Then come --pairs timed pairs: in each, the
-kinds take turns of --turn steps (0: a whole pass each) until all of them are through the
-run, so that whatever else the machine does falls on all of them alike. Every pass on
-processes must give the trace the engine gives in process. Each pair first waits (up to
---patience seconds) for the rest of the machine to keep fewer than --quiet cores busy, and
-the cores it kept busy during each pair are counted (from /proc) and shown: a pair taken while
-other work runs is not comparable with one on a quiet machine.
+of its own, as a run alone has): the floor, the paced floor, in process at N ranks, on N
+worker processes, and in process at 1 rank. The workers and the floors' echo processes are
+started once, outside the timing, and every kind runs one pass untimed. Then come --pairs
+timed pairs: in each, the kinds take turns of --turn steps (0: a whole pass each) until all
+of them are through the run, so that whatever else the machine does falls on all of them
+alike. Every pass on processes must give the trace the engine gives in process. Each pair
+first waits (up to --patience seconds) for the rest of the machine to keep fewer than --quiet
+cores busy, and the cores it kept busy during each pair are counted (from /proc) and shown: a
+pair taken while other work runs is not comparable with one on a quiet machine.
+
+The paced floor is the floor with its round trips as far apart as the steps' are: before
+each one it keeps its core busy as long as the control plane worked before that step's plan
+(measured in process, the least of three passes), untimed. The bare floor sends its next plan
+the moment the last reply is in, so its echo processes never wait long; the ranks of a run
+wait out the control plane's work every step, and a process that has waited longer takes
+longer to wake (on a virtual machine above all, whose idle cores the host takes back). The
+paced floor is what moving these bytes costs at this cadence, with no engine.
 
 Overhead is processes minus in process at the same world size, per pair, against that pair's
-floor (and, beside it, minus 1 rank in process); each ratio is the median of the pairs with
-their min..max. Then the rank's work per step on the wire's hot path (decode and check the
+floor and paced floor (and, beside it, minus 1 rank in process); each ratio is the median of
+the pairs with their min..max. Then the rank's work per step on the wire's hot path (decode and check the
 PLAN, the verdicts, encode the RESULT, then the writes into its shard) and the scheduler's
 encode of the PLAN and decode of the RESULT, timed apart with no I/O. `--json FILE` writes
 every figure and every pass's time too, for a script to compare two runs.
@@ -53,7 +61,7 @@ from inferris_dist.protocol.wire import MsgType, encode_body
 HERE = Path(__file__).resolve().parent
 TURN = 30
 FORK = multiprocessing.get_context("fork")   # a kind's process starts from our heap: the workload
-KINDS = ("floor", "in process", "processes", "in process, 1 rank")
+KINDS = ("floor", "in process", "processes", "in process, 1 rank", "paced floor")
 
 
 class Recorder(LocalGroup):
@@ -70,6 +78,36 @@ class Recorder(LocalGroup):
         self.sizes.append((encode_body(MsgType.PLAN, plan), result_len))
         self.plans.append(plan)
         return result
+
+
+class Cadence(LocalGroup):
+    """The in-process group, keeping how long the control plane works between two steps' plans
+    (commit, then the next plan): what the scheduler on processes does between a step's
+    results and the next plan, while its ranks wait."""
+
+    def __init__(self, workload):
+        super().__init__(workload, 1)
+        self.entered: list[float] = []
+        self.left: list[float] = []
+
+    def execute(self, plan):
+        self.entered.append(time.perf_counter())
+        result = super().execute(plan)
+        self.left.append(time.perf_counter())
+        return result
+
+
+def control_plane_gaps(workload, passes: int = 3) -> list[float]:
+    """Seconds the control plane works before each step's plan (the first: 0), the least of
+    `passes` passes in process for each step (the machine's hiccups left out)."""
+    best: list[float] | None = None
+    for _ in range(passes):
+        group = Cadence(workload)
+        for _ in Engine(workload, group).run():
+            pass
+        gaps = [0.0] + [e - lft for e, lft in zip(group.entered[1:], group.left)]
+        best = gaps if best is None else [min(a, b) for a, b in zip(best, gaps)]
+    return best or []
 
 
 def hot_path(workload, plans, repeat: int) -> dict[str, float]:
@@ -175,10 +213,15 @@ class OnProcesses(Pass):
 class Floor(Pass):
     """N bare echo processes (examples/bare_echo.py), started once, on a unix socket in a
     private directory as the workers are; a step sends a recorded plan to all and gathers a
-    reply of the recorded result's size from each."""
+    reply of the recorded result's size from each. Paced (`gaps`), it first keeps its core
+    busy as long as the control plane works before that step's plan, untimed: the echo
+    processes wait between round trips as long as the ranks do, and a process that has waited
+    longer takes longer to wake (a virtual machine's idle cores above all)."""
 
-    def __init__(self, sizes: list[tuple[bytes, int]], world_size: int, stack: ExitStack):
+    def __init__(self, sizes: list[tuple[bytes, int]], world_size: int, stack: ExitStack,
+                 gaps: list[float] | None = None):
         self.sizes, self.world_size = sizes, world_size
+        self.gaps = gaps if gaps is not None else [0.0] * len(sizes)
         self.dir = Path(tempfile.mkdtemp(prefix="bench-floor-"))
         stack.callback(shutil.rmtree, self.dir, ignore_errors=True)
         self.ctx = zmq.Context()
@@ -199,16 +242,21 @@ class Floor(Pass):
         self.seconds, self.done, self.at = 0.0, False, 0
 
     def turn(self, steps: int) -> None:
-        sock, peers, n = self.sock, self.peers, self.world_size
+        sock, peers, n, clock = self.sock, self.peers, self.world_size, time.perf_counter
         todo = self.sizes[self.at:self.at + steps]
-        t0 = time.perf_counter()
-        for body, result_len in todo:
+        took = 0.0
+        for (body, result_len), gap in zip(todo, self.gaps[self.at:self.at + steps]):
+            t0 = clock()
+            while clock() - t0 < gap:          # the control plane's work before this plan
+                pass
+            t0 = clock()
             header = msgpack.packb(result_len)
             for peer in peers:
                 sock.send_multipart([peer, header, body])
             replies = [sock.recv_multipart() for _ in range(n)]
             msgpack.unpackb(replies[0][2])
-        self.seconds += time.perf_counter() - t0
+            took += clock() - t0
+        self.seconds += took
         self.at += len(todo)
         self.done = self.at >= len(self.sizes)
 
@@ -346,7 +394,9 @@ def measure(requests: int, size: int, pairs: int, turns, quiet: float = 0.0, pat
     engine = Engine(workload, recorder)
     reference = [engine.json_line(t) for t in engine.run()] + [json.dumps(engine.summary())]
     steps = len(reference) - 1
+    gaps = control_plane_gaps(workload)
     makers = {"floor": lambda stack: Floor(recorder.sizes, size, stack),
+              "paced floor": lambda stack: Floor(recorder.sizes, size, stack, gaps),
               "in process": lambda stack: InProcess(workload, size),
               "processes": lambda stack: OnProcesses(workload, size, stack)}
     if size > 1:
@@ -381,12 +431,13 @@ def measure(requests: int, size: int, pairs: int, turns, quiet: float = 0.0, pat
                                      f"from the engine's in process")
                 if pair:
                     times[kind.name].append(took[kind.name])
-        startup = kinds[2].startup
+        startup = next(k for k in kinds if k.name == "processes").startup
     times.setdefault("in process, 1 rank", times["in process"])
     per_step = {kind: [t / steps * 1e6 for t in ts] for kind, ts in times.items()}
-    floor, local, procs, local1 = (times[k] for k in KINDS)
+    floor, local, procs, local1, paced = (times[k] for k in KINDS)
     figures = {
         "overhead/floor": [(p - q) / f for p, q, f in zip(procs, local, floor)],
+        "overhead/paced floor": [(p - q) / f for p, q, f in zip(procs, local, paced)],
         "overhead vs 1 rank/floor": [(p - q) / f for p, q, f in zip(procs, local1, floor)],
         "processes/in process": [p / q for p, q in zip(procs, local)],
     }
@@ -396,7 +447,8 @@ def measure(requests: int, size: int, pairs: int, turns, quiet: float = 0.0, pat
             "turns": [turns[(pair - 1) % len(turns)] for pair in range(1, pairs + 1)],
             "us_per_step": {k: spread(v) for k, v in per_step.items()},
             "ratios": {k: spread(v) for k, v in figures.items()},
-            "per_pair": figures, "recorder": recorder, "workload": workload}
+            "per_pair": figures, "recorder": recorder, "workload": workload,
+            "control_plane_us_per_step": sum(gaps) / max(1, steps) * 1e6}
 
 
 def fmt(s: dict[str, float]) -> str:
@@ -432,18 +484,22 @@ def main() -> int:
           f"mean result {result_bytes:.0f} B")
     print(f"{a.pairs} pairs per world size, {turn}, {wait}")
     print("per step, the median of the pairs; overhead = processes - in process, per pair, against "
-          "the floor: median (min..max)")
-    print(f"  {'ranks':>5}  {'in process':>10}  {'processes':>10}  {'floor':>7}  "
-          f"{'overhead/floor':<20}  {'vs 1 rank/floor':<20}  {'start-up':>8}  {'others':>11}")
+          "a floor: median (min..max)")
+    print(f"  {'ranks':>5}  {'in process':>10}  {'processes':>10}  {'floor':>7}  {'paced':>7}  "
+          f"{'overhead/floor':<20}  {'overhead/paced':<20}  {'vs 1 rank/floor':<20}  {'start-up':>8}  "
+          f"{'others':>11}")
     for row in rows:
         us, r, busy = row["us_per_step"], row["ratios"], row["other_cores"]
         per = lambda kind: f"{us[kind]['median']:.0f} us"
         busy = "" if busy is None else f"{statistics.median(busy):.2f} ({max(busy):.2f})"
         print(f"  {row['world_size']:>5}  {per('in process'):>10}  {per('processes'):>10}  "
-              f"{per('floor'):>7}  {fmt(r['overhead/floor']):<20}  "
-              f"{fmt(r['overhead vs 1 rank/floor']):<20}  {row['startup_s']:>7.2f}s  {busy:>11}")
-    print("(vs 1 rank: processes - 1 rank in process; others: cores the rest of the machine kept "
-          "busy during a pair, median (max))")
+              f"{per('floor'):>7}  {per('paced floor'):>7}  {fmt(r['overhead/floor']):<20}  "
+              f"{fmt(r['overhead/paced floor']):<20}  {fmt(r['overhead vs 1 rank/floor']):<20}  "
+              f"{row['startup_s']:>7.2f}s  {busy:>11}")
+    print(f"(paced: the floor with its round trips as far apart as the steps' are, the control "
+          f"plane's {first['control_plane_us_per_step']:.0f} us a step between them; vs 1 rank: "
+          f"processes - 1 rank in process; others: cores the rest of the machine kept busy during "
+          f"a pair, median (max))")
     for row in rows:
         if row["waited_in_vain"]:
             print(f"  world size {row['world_size']}: {row['waited_in_vain']} of {a.pairs} pairs began "
@@ -451,7 +507,7 @@ def main() -> int:
     print("each pass over the pairs, max / min:")
     for row in rows:
         us = row["us_per_step"]
-        kinds = KINDS if row["world_size"] > 1 else KINDS[:3]
+        kinds = [k for k in KINDS if row["world_size"] > 1 or k != "in process, 1 rank"]
         print(f"  {row['world_size']:>5}  " + ", ".join(f"{kind} {us[kind]['max'] / us[kind]['min']:.2f}x"
                                                       for kind in kinds)
               + f"; processes / in process {fmt(row['ratios']['processes/in process'])}")
@@ -465,7 +521,7 @@ def main() -> int:
                                                  for k, v in micro.items() if k.startswith("sched")))
     if a.json:
         keep = ("steps", "startup_s", "other_cores", "waited_in_vain", "us_per_step", "ratios", "per_pair",
-                "seconds")
+                "seconds", "control_plane_us_per_step")
         doc = {"requests": a.requests, "pairs": a.pairs, "turn": a.turn, "quiet": a.quiet,
                "patience": a.patience,
                "mean_plan_bytes": plan_bytes, "mean_result_bytes": result_bytes,

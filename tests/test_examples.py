@@ -57,10 +57,11 @@ def test_bench_boundary(tmp_path):
     out = example("bench_boundary.py", "--requests", 20, "--world-sizes", "1,2", "--pairs", 2, "--turn", 5,
                   "--json", tmp_path / "b.json", cwd=tmp_path)
     ratio = r"(-?\d+\.\d\d)x \((-?\d+\.\d\d)\.\.(-?\d+\.\d\d)\)"        # median (min..max)
-    rows = re.findall(rf"^ +(\d+) +\d+ us +\d+ us +\d+ us +{ratio} +{ratio} +[\d.]+s", out, re.M)
+    rows = re.findall(rf"^ +(\d+) +\d+ us +\d+ us +\d+ us +\d+ us +{ratio} +{ratio} +{ratio} +[\d.]+s",
+                      out, re.M)
     assert [row[0] for row in rows] == ["1", "2"], out           # every pass's trace was checked
     for row in rows:
-        for median, low, high in (row[1:4], row[4:7]):
+        for median, low, high in (row[1:4], row[4:7], row[7:10]):
             assert float(low) <= float(median) <= float(high), out
     assert "a rank's hot path, per step" in out, out
     doc = json.loads((tmp_path / "b.json").read_text())
@@ -68,6 +69,8 @@ def test_bench_boundary(tmp_path):
     two = doc["world_sizes"]["2"]
     assert len(two["per_pair"]["overhead/floor"]) == 2 and len(two["seconds"]["floor"]) == 2, two
     assert f"{two['ratios']['overhead/floor']['median']:.2f}x" == rows[1][1] + "x", (two, out)
+    assert f"{two['ratios']['overhead/paced floor']['median']:.2f}x" == rows[1][4] + "x", (two, out)
+    assert len(two["seconds"]["paced floor"]) == 2 and two["control_plane_us_per_step"] > 0, two
 
 
 def test_bench_overlap(tmp_path):
