@@ -396,41 +396,57 @@ class Template:
         """Fork a worker for each (rank, argv, log path): every ask sent at once, then the
         answers read (one round trip to the template, not one per worker), in the asks' order.
         A worker forked ahead for the same rank, arguments and secret is the one for its ask
-        (with its own log); those forked ahead and not asked for are killed."""
+        (with its own log); those forked ahead and not asked for are killed, and one that is
+        gone by now (it waited too long for the scheduler) is asked for afresh."""
         self.wait_up()
         ahead, self._ahead = self._ahead, {}
-        taken = {rank for rank, argv, _ in asks
+        alike = {rank for rank, argv, _ in asks
                  if rank in ahead and ahead[rank][0] == list(argv) and secret == self._ahead_secret}
-        asks = [(rank, argv, ahead[rank][1] if rank in taken else log_path) for rank, argv, log_path in asks]
-        self._send([a for a in asks if a[0] not in taken], secret)
         # The answers come in the order of the asks: those sent ahead first, then these.
-        roles: dict[int, list[bool]] = {}             # rank -> for each answer due: is it kept?
-        for rank in ahead:
-            roles.setdefault(rank, []).append(rank in taken)
-        for rank, _, _ in asks:
-            if rank not in taken:
-                roles.setdefault(rank, []).append(True)
         deadline = time.monotonic() + self.answer_timeout
+        early = self._answers(list(ahead), deadline)
+        spare = [pid for rank, pid in early.items() if rank not in alike]
+        if alike:
+            self._read(0.0)                    # the exit notes in by now (no answer is due)
+        taken = {rank: early[rank] for rank in alike if self._still_there(early[rank])}
+        spare += [early[rank] for rank in alike if rank not in taken]   # gone already: waited too long
+        if spare:                              # forked ahead for nothing: the template kills them
+            self._say("".join(json.dumps({"kill": pid}) + "\n" for pid in spare))
+        asks = [(rank, argv, ahead[rank][1] if rank in taken else log_path) for rank, argv, log_path in asks]
+        fresh = [a for a in asks if a[0] not in taken]
+        self._send(fresh, secret)
+        pids = {**taken, **self._answers([rank for rank, _, _ in fresh], deadline)}
+        return [ForkedProcess(rank, pids[rank], log_path, self) for rank, _, log_path in asks]
+
+    def _answers(self, ranks: list[int], deadline: float) -> dict[int, int]:
+        """The pid the template answered for each of `ranks` (asks sent, one per rank)."""
         pids: dict[int, int] = {}
-        spare: list[int] = []
-        while any(roles.values()):
+        waiting = list(ranks)
+        while waiting:
             left = deadline - time.monotonic()
             if left <= 0:                      # stopped or stuck: given up on, never waited on
                 pid = self.proc.pid if self.proc is not None else "?"
                 raise OSError(f"the worker template (pid {pid}) did not answer within "
                               f"{self.answer_timeout:g} s (stopped or stuck)")
             got = self._read(left)
-            if "pid" in got and roles.get(got.get("rank")):
-                if roles[got["rank"]].pop(0):
-                    pids[got["rank"]] = got["pid"]
-                else:
-                    spare.append(got["pid"])
-        for pid in spare:                      # forked ahead for nothing: the template reaps it
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        return [ForkedProcess(rank, pids[rank], log_path, self) for rank, _, log_path in asks]
+            if "pid" in got and got.get("rank") in waiting:
+                waiting.remove(got["rank"])
+                pids[got["rank"]] = got["pid"]
+        return pids
+
+    def _still_there(self, pid: int) -> bool:
+        """A worker forked ahead has not exited (it gives up on a scheduler that takes too
+        long to bind its socket)."""
+        if pid in self._statuses:
+            return False
+        try:
+            fd = os.pidfd_open(pid)
+        except (OSError, AttributeError):
+            return False
+        try:
+            return not readable(fd, 0.0)
+        finally:
+            os.close(fd)
 
     def _send(self, asks: Sequence[tuple[int, Sequence[str], Path]], secret: bytes) -> None:
         """The asks, to the template; their logs are made here first, not in the child: a full
@@ -439,8 +455,10 @@ class Template:
             return
         for _, _, log_path in asks:
             open(log_path, "wb").close()
-        lines = "".join(json.dumps({"fork": list(argv), "rank": rank, "secret": secret.hex(),
-                                    "log": str(log_path)}) + "\n" for rank, argv, log_path in asks)
+        self._say("".join(json.dumps({"fork": list(argv), "rank": rank, "secret": secret.hex(),
+                                      "log": str(log_path)}) + "\n" for rank, argv, log_path in asks))
+
+    def _say(self, lines: str) -> None:
         try:
             self.sock.settimeout(self.answer_timeout)     # a stopped template's buffer may be full
             self.sock.sendall(lines.encode())

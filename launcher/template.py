@@ -13,8 +13,10 @@ One JSON line per message on the socketpair. The scheduler asks
 `{"fork": ARGV, "rank": R, "secret": HEX, "log": PATH}`; the template answers
 `{"pid": PID, "rank": R}` and, whenever a child exits, `{"exit": PID,
 "status": WAITSTATUS}` (it reaps its children; the scheduler watches each
-through a pidfd). A forked child starts its own session, reads the secret on
-stdin, writes stderr to its log, and runs `MODULE.main(ARGV)`. The template
+through a pidfd). `{"kill": PID}` kills a child of its own, no answer (a pid
+that is no child of its, long reaped or never one, is left alone). A forked
+child starts its own session, reads the secret on stdin, writes stderr to its
+log, and runs `MODULE.main(ARGV)`. The template
 dies with the scheduler (parent-death signal and a pidfd on it), and its
 children with it.
 
@@ -104,8 +106,17 @@ def fork_template(module_name: str, log_path: str) -> tuple[int, socket.socket]:
     leaves with os._exit: nothing of the command line's runs in it (no exit handler, no flush
     of the parent's buffers)."""
     ours, theirs = socket.socketpair()
-    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    pid = os.fork()
+    try:
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            pid = os.fork()
+        except BaseException:
+            os.close(log)
+            raise
+    except BaseException:
+        ours.close()
+        theirs.close()
+        raise
     if pid:
         theirs.close()
         os.close(log)
@@ -176,6 +187,10 @@ def serve(module_name: str, fd: int, death_signal: bool) -> None:
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:           # several asks may come at once: each is forked
                     ask = json.loads(line)
+                    if "kill" in ask:        # a child of ours the scheduler has no use for
+                        if ask["kill"] in children:
+                            os.kill(ask["kill"], signal.SIGKILL)
+                        continue
                     pid = os.fork()
                     if pid == 0:
                         _child(module, ask["fork"], ask["secret"], ask["log"],

@@ -10,6 +10,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -195,6 +196,15 @@ FORKED = textwrap.dedent('''
     fds = sorted(os.listdir(f"/proc/{pid}/fd"))
     targets = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in fds]
     asked = json.loads(sys.argv[1])                       # rank -> argv the run asks for
+    if len(sys.argv) > 2:                                 # one forked ahead is gone meanwhile
+        deadline = time.monotonic() + 10
+        while len(children := open(f"/proc/{pid}/task/{pid}/children").read().split()) < 3:
+            assert time.monotonic() < deadline, "the workers forked ahead did not come"
+            time.sleep(0.01)
+        os.kill(int(children[1]), 9)
+        while str(children[1]) in open(f"/proc/{pid}/task/{pid}/children").read().split():
+            assert time.monotonic() < deadline, "the template did not reap its child"
+            time.sleep(0.01)
     workers = fork_workers(template, lambda r: asked[str(r)], b"s3cret", [int(r) for r in asked], run_dir)
     pids = {w.rank: w.pid for w in workers}
     logs = {w.rank: w.log_path.name for w in workers}
@@ -217,9 +227,9 @@ FORKED = textwrap.dedent('''
 ''')
 
 
-def forked_template_run(asked: dict[int, list[str]]) -> dict:
+def forked_template_run(asked: dict[int, list[str]], *more: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", FORKED, json.dumps(asked)], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", FORKED, json.dumps(asked), *more], capture_output=True,
                           text=True, timeout=40, env=env, cwd=REPO)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -244,6 +254,17 @@ def test_workers_asked_for_ahead_and_not_wanted_are_killed():
     assert got["logs"]["0"] == "ahead0.log" and got["logs"]["1"] != "ahead1.log"
     assert got["words"]["1"] == "rank other has s3cret"
     assert len(got["children"]) == 2, "the spare workers outlived the start that did not want them"
+    assert all_gone([got["template"], *got["pids"].values()], 5) == []
+
+
+def test_a_worker_forked_ahead_that_is_gone_by_the_start_is_forked_afresh():
+    """A worker forked ahead gives up on a scheduler that takes too long to bind (or dies
+    meanwhile): the start does not take it, but forks its rank afresh; the others it takes."""
+    got = forked_template_run({0: ["0"], 1: ["1"], 2: ["2"]}, "kill one")
+    fresh = [r for r, log in got["logs"].items() if not log.startswith("ahead")]
+    assert len(fresh) == 1, got["logs"]
+    assert all(got["words"][r] == f"rank {r} has s3cret" for r in ("0", "1", "2")), got["words"]
+    assert sorted(got["children"]) == sorted(got["pids"].values())
     assert all_gone([got["template"], *got["pids"].values()], 5) == []
 
 
@@ -306,3 +327,38 @@ def test_the_command_line_forks_the_runs_workers_ahead(ahead):
         assert not set(got["used"]) & set(got["ahead"])
         assert len(got["ahead"]) == (ahead if ahead <= 64 else 0)
     assert got["children"] == 2, "a spare worker outlived the start that did not want it"
+
+
+def test_a_process_with_threads_starts_its_template_afresh_and_an_interrupted_start_leaves_nothing():
+    """Only a process of one thread, without ZeroMQ, forks itself into the template (a library
+    caller's threads and their locks would be copied stopped): another gets a fresh
+    interpreter. And a start interrupted once the template is forked undoes what it made."""
+    script = textwrap.dedent('''
+        import json, os, threading
+        from inferris_dist.cli.main import WorkerTemplate
+        import inferris_dist.launcher.process as process
+        stop = threading.Event()
+        t = threading.Thread(target=stop.wait); t.start()
+        early = WorkerTemplate.for_argv(["launch"])
+        kind = type(early.template.proc).__name__
+        early.close()
+        stop.set(); t.join()
+        def interrupted(*a, **k):
+            raise KeyboardInterrupt
+        process.Template.of_fork = interrupted
+        try:
+            WorkerTemplate.for_argv(["launch"])
+        except KeyboardInterrupt:
+            pass
+        me = os.getpid()
+        children = open(f"/proc/{me}/task/{me}/children").read().split()
+        left = [d for d in os.listdir(os.environ["TMPDIR"]) if d.startswith("inferris-dist-")]
+        print(json.dumps({"kind": kind, "children": children, "left": left}))
+    ''')
+    with tempfile.TemporaryDirectory() as tmp:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=40,
+                              cwd=REPO, env={**os.environ, "TMPDIR": tmp})
+        assert done.returncode == 0, done.stderr
+        got = json.loads(done.stdout)
+    assert got["kind"] == "Popen", got
+    assert got["children"] == [] and got["left"] == [], got

@@ -437,25 +437,37 @@ class WorkerTemplate:
         if argv[:1] not in (["launch"], ["compare"]) or any(
                 a == "--listen" or a.startswith("--listen=") for a in argv):
             return None
-        from inferris_dist.launcher.rundir import make_run_dir
+        from inferris_dist.launcher.rundir import make_run_dir, remove_run_dir
         from inferris_dist.launcher.template import WORKER_MODULE, fork_template
         run_dir = make_run_dir()             # the run's: the group's workers log in it too
         secret = os.urandom(32)
+        pid = sock = template = None
         try:
-            pid, sock = fork_template(WORKER_MODULE, str(run_dir / "template.log"))
-        except OSError:
-            pid = sock = None
-        from inferris_dist.launcher.process import Template
-        if sock is None:
+            if _forkable():
+                try:
+                    pid, sock = fork_template(WORKER_MODULE, str(run_dir / "template.log"))
+                except OSError:
+                    pass
+            from inferris_dist.launcher.process import Template
+            if sock is not None:
+                template = Template.of_fork(pid, sock, run_dir)
+                return cls(run_dir, template, secret)
             template = Template(log_dir=run_dir)        # a fresh interpreter, then
             try:
                 template.begin()
             except OSError:
                 template.close()
-                return cls(run_dir, None, secret)
-        else:
-            template = Template.of_fork(pid, sock, run_dir)
-        return cls(run_dir, template, secret)
+                template = None
+            return cls(run_dir, template, secret)
+        except BaseException:       # interrupted before the command holds what it made: undone
+            if template is not None:
+                template.close()
+            elif pid is not None:
+                sock.close()                              # the template sees its end and goes
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            remove_run_dir(run_dir)
+            raise
 
     def fork_ahead(self, world_size: int) -> None:
         """Ask the template for the run's first workers now, as the group's first start will
@@ -485,13 +497,23 @@ class WorkerTemplate:
         remove_run_dir(self.run_dir)
 
 
-def made_for(args, workload) -> dict:
-    """What launch and compare hand the group: the template forked as the command started,
-    asked now for the workload's workers."""
+def _forkable() -> bool:
+    """May this process fork itself into a template: one thread, and no ZeroMQ loaded (no
+    context, no I/O thread). The command line as it starts; not a library caller's process,
+    which may hold threads (and their locks) a fork would copy stopped."""
+    threading = sys.modules.get("threading")
+    return "zmq" not in sys.modules and (threading is None or threading.active_count() == 1)
+
+
+def made_for(args, workload=None) -> dict:
+    """What launch and compare hand the group: the template forked as the command started;
+    given `workload` (launch), asked now for its workers, forked while the control plane is
+    imported (compare runs the workload in process first: its workers would wait)."""
     early = getattr(args, "early", None)
     if early is None:
         return {}
-    early.fork_ahead(workload.config.world_size)
+    if workload is not None:
+        early.fork_ahead(workload.config.world_size)
     return early.options(args.step_timeout)
 
 
@@ -545,9 +567,8 @@ def cmd_chaos(args) -> int:
 def cmd_compare(args) -> int:
     from inferris_dist.cli.workload_source import workload_from_flags
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
-    made = made_for(args, workload)
     from inferris_dist.cli import cmd_launch as launching
-    return launching.run_compare(workload, name, args, made)
+    return launching.run_compare(workload, name, args, made_for(args))
 
 
 # name: (its line in `inferris-dist --help`, what adds its flags, what runs it), in --help's order

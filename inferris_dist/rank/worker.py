@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 PARENT_CHECK_MS = 500
 ANSWERED_KEPT = 8               # plans remembered as answered, to carry out a duplicated one once
-HANDSHAKE_TIMEOUT_S = 30.0      # spawned: the scheduler is there already
+HANDSHAKE_TIMEOUT_S = 30.0      # spawned: the scheduler binds within moments (forked ahead too)
 HEARTBEAT_MS, HEARTBEAT_TIMEOUT_MS = 1000, 3000   # started by someone else: leave within ~4 s
 SPAWNED_RECONNECT_MS = 2        # a spawned worker tries its socket this often until it is there
 HELLO_EVERY_S = 1.0             # a HELLO is repeated until CONFIG: one sent early is not lost
