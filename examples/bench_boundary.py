@@ -17,9 +17,10 @@ first waits (up to --patience seconds) for the rest of the machine to keep fewer
 cores busy, and the cores it kept busy during each pair are counted (from /proc) and shown: a
 pair taken while other work runs is not comparable with one on a quiet machine.
 
-The paced floor is the floor with its round trips as far apart as the steps' are: before
-each one it keeps its core busy as long as the control plane worked before that step's plan
-(measured in process, the least of three passes), untimed. The bare floor sends its next plan
+The paced floor is the floor with its round trips as far apart as the steps' were on
+processes: before each one it keeps its core busy, untimed, as long as the scheduler worked
+between the step before's last reply and that step's first plan, in the pair before (from the
+steps' own records). The bare floor sends its next plan
 the moment the last reply is in, so its echo processes never wait long; the ranks of a run
 wait out the control plane's work every step, and a process that has waited longer takes
 longer to wake (on a virtual machine above all, whose idle cores the host takes back). The
@@ -80,36 +81,6 @@ class Recorder(LocalGroup):
         return result
 
 
-class Cadence(LocalGroup):
-    """The in-process group, keeping how long the control plane works between two steps' plans
-    (commit, then the next plan): what the scheduler on processes does between a step's
-    results and the next plan, while its ranks wait."""
-
-    def __init__(self, workload):
-        super().__init__(workload, 1)
-        self.entered: list[float] = []
-        self.left: list[float] = []
-
-    def execute(self, plan):
-        self.entered.append(time.perf_counter())
-        result = super().execute(plan)
-        self.left.append(time.perf_counter())
-        return result
-
-
-def control_plane_gaps(workload, passes: int = 3) -> list[float]:
-    """Seconds the control plane works before each step's plan (the first: 0), the least of
-    `passes` passes in process for each step (the machine's hiccups left out)."""
-    best: list[float] | None = None
-    for _ in range(passes):
-        group = Cadence(workload)
-        for _ in Engine(workload, group).run():
-            pass
-        gaps = [0.0] + [e - lft for e, lft in zip(group.entered[1:], group.left)]
-        best = gaps if best is None else [min(a, b) for a, b in zip(best, gaps)]
-    return best or []
-
-
 def hot_path(workload, plans, repeat: int) -> dict[str, float]:
     """Seconds per step (best of `repeat` passes over the run's plans) of what a rank does with
     a PLAN (as Worker.answer does it) and of the scheduler's encode and decode around it."""
@@ -158,6 +129,7 @@ class Pass:
         clock, keep, it = time.perf_counter, self.traces.append, self.steps
         t0 = clock()
         end = t0
+        after = self.step_done
         for _ in range(steps):
             trace = next(it, None)
             if trace is None:
@@ -165,7 +137,11 @@ class Pass:
                 break
             keep(trace)
             end = clock()
+            after()
         self.seconds += end - t0
+
+    def step_done(self) -> None:
+        """After each step, outside its time (a kind may note something of it)."""
 
     def lines(self) -> list[str]:
         """The pass's trace as `run --json` prints it, for the check against in process."""
@@ -198,9 +174,23 @@ class OnProcesses(Pass):
         self.group = stack.enter_context(launch(workload, world_size=world_size)).group
         self.startup = time.perf_counter() - t0
 
+    def begin(self) -> None:
+        super().begin()
+        self.gaps, self.replied = [], None
+
+    def step_done(self) -> None:
+        """How long the scheduler worked between the last reply of the step before and the
+        first send of this one (while its ranks waited), from the step's own record."""
+        record = self.group.recorder.last_record
+        first = min(record.sent.values())
+        self.gaps.append(0.0 if self.replied is None else max(0.0, first - self.replied))
+        self.replied = max(record.sent[r] + record.rtt[r] for r in record.rtt)
+
     def turn(self, steps: int) -> None:
         """A turn, then a pause (untimed) for the ranks' writes into their shards after their
-        last reply (about 0.1 ms of work a rank here): not done in another kind's turn."""
+        last reply (about 0.1 ms of work a rank here): not done in another kind's turn. A
+        turn's first step has no gap before it (the other kinds' turns were)."""
+        self.replied = None
         super().turn(steps)
         time.sleep(0.002 + 0.0002 * self.group.world_size)
 
@@ -213,15 +203,15 @@ class OnProcesses(Pass):
 class Floor(Pass):
     """N bare echo processes (examples/bare_echo.py), started once, on a unix socket in a
     private directory as the workers are; a step sends a recorded plan to all and gathers a
-    reply of the recorded result's size from each. Paced (`gaps`), it first keeps its core
-    busy as long as the control plane works before that step's plan, untimed: the echo
-    processes wait between round trips as long as the ranks do, and a process that has waited
+    reply of the recorded result's size from each. Paced, before each round trip it
+    keeps its core busy, untimed, as long as the scheduler on processes worked before that
+    step's plan in the pair before (`gaps`, handed over by the measurement): the echo
+    processes wait between round trips as long as the ranks did, and a process that has waited
     longer takes longer to wake (a virtual machine's idle cores above all)."""
 
-    def __init__(self, sizes: list[tuple[bytes, int]], world_size: int, stack: ExitStack,
-                 gaps: list[float] | None = None):
+    def __init__(self, sizes: list[tuple[bytes, int]], world_size: int, stack: ExitStack):
         self.sizes, self.world_size = sizes, world_size
-        self.gaps = gaps if gaps is not None else [0.0] * len(sizes)
+        self.gaps = [0.0] * len(sizes)              # unpaced, until the measurement says
         self.dir = Path(tempfile.mkdtemp(prefix="bench-floor-"))
         stack.callback(shutil.rmtree, self.dir, ignore_errors=True)
         self.ctx = zmq.Context()
@@ -343,6 +333,11 @@ def serve(conn, make) -> None:
             elif what == "turn":
                 p.turn(arg)
                 conn.send((p.seconds, p.done))
+            elif what == "gaps":                           # the processes': how far apart
+                conn.send(p.gaps)
+            elif what == "pace":                           # the paced floor's: as far apart
+                p.gaps = arg
+                conn.send(None)
             else:                                          # "end": its trace, then forget it
                 conn.send(p.lines())
                 p.traces = p.last = None
@@ -394,16 +389,15 @@ def measure(requests: int, size: int, pairs: int, turns, quiet: float = 0.0, pat
     engine = Engine(workload, recorder)
     reference = [engine.json_line(t) for t in engine.run()] + [json.dumps(engine.summary())]
     steps = len(reference) - 1
-    gaps = control_plane_gaps(workload)
     makers = {"floor": lambda stack: Floor(recorder.sizes, size, stack),
-              "paced floor": lambda stack: Floor(recorder.sizes, size, stack, gaps),
+              "paced floor": lambda stack: Floor(recorder.sizes, size, stack),
               "in process": lambda stack: InProcess(workload, size),
               "processes": lambda stack: OnProcesses(workload, size, stack)}
     if size > 1:
         makers["in process, 1 rank"] = lambda stack: InProcess(workload, 1)
     turns, others = list(turns), Others()
     times: dict[str, list[float]] = {kind: [] for kind in makers}
-    busy_elsewhere, waited_in_vain = [], 0
+    busy_elsewhere, waited_in_vain, paces = [], 0, []
     with ExitStack() as stack:
         kinds = []
         for name, make in makers.items():
@@ -431,6 +425,13 @@ def measure(requests: int, size: int, pairs: int, turns, quiet: float = 0.0, pat
                                      f"from the engine's in process")
                 if pair:
                     times[kind.name].append(took[kind.name])
+            if pair < pairs:           # the next pair's paced floor: this pair's gaps on processes
+                by_name = {kind.name: kind for kind in kinds}
+                gaps = by_name["processes"].ask("gaps")
+                if len(gaps) != steps:
+                    raise SystemExit(f"world size {size}: {len(gaps)} gaps for {steps} steps")
+                by_name["paced floor"].ask("pace", gaps)
+                paces.append(sum(gaps) / max(1, len(gaps)) * 1e6)
         startup = next(k for k in kinds if k.name == "processes").startup
     times.setdefault("in process, 1 rank", times["in process"])
     per_step = {kind: [t / steps * 1e6 for t in ts] for kind, ts in times.items()}
@@ -448,7 +449,7 @@ def measure(requests: int, size: int, pairs: int, turns, quiet: float = 0.0, pat
             "us_per_step": {k: spread(v) for k, v in per_step.items()},
             "ratios": {k: spread(v) for k, v in figures.items()},
             "per_pair": figures, "recorder": recorder, "workload": workload,
-            "control_plane_us_per_step": sum(gaps) / max(1, steps) * 1e6}
+            "pace_us_per_step": spread(paces)}
 
 
 def fmt(s: dict[str, float]) -> str:
@@ -496,10 +497,10 @@ def main() -> int:
               f"{per('floor'):>7}  {per('paced floor'):>7}  {fmt(r['overhead/floor']):<20}  "
               f"{fmt(r['overhead/paced floor']):<20}  {fmt(r['overhead vs 1 rank/floor']):<20}  "
               f"{row['startup_s']:>7.2f}s  {busy:>11}")
-    print(f"(paced: the floor with its round trips as far apart as the steps' are, the control "
-          f"plane's {first['control_plane_us_per_step']:.0f} us a step between them; vs 1 rank: "
-          f"processes - 1 rank in process; others: cores the rest of the machine kept busy during "
-          f"a pair, median (max))")
+    paces = ", ".join(f"{row['pace_us_per_step']['median']:.0f}" for row in rows)
+    print(f"(paced: the floor with its round trips as far apart as the steps' were on processes, "
+          f"the scheduler's time between them: {paces} us a step; vs 1 rank: processes - 1 rank "
+          f"in process; others: cores the rest of the machine kept busy during a pair, median (max))")
     for row in rows:
         if row["waited_in_vain"]:
             print(f"  world size {row['world_size']}: {row['waited_in_vain']} of {a.pairs} pairs began "
@@ -521,7 +522,7 @@ def main() -> int:
                                                  for k, v in micro.items() if k.startswith("sched")))
     if a.json:
         keep = ("steps", "startup_s", "other_cores", "waited_in_vain", "us_per_step", "ratios", "per_pair",
-                "seconds", "control_plane_us_per_step")
+                "seconds", "pace_us_per_step")
         doc = {"requests": a.requests, "pairs": a.pairs, "turn": a.turn, "quiet": a.quiet,
                "patience": a.patience,
                "mean_plan_bytes": plan_bytes, "mean_result_bytes": result_bytes,

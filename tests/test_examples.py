@@ -70,7 +70,7 @@ def test_bench_boundary(tmp_path):
     assert len(two["per_pair"]["overhead/floor"]) == 2 and len(two["seconds"]["floor"]) == 2, two
     assert f"{two['ratios']['overhead/floor']['median']:.2f}x" == rows[1][1] + "x", (two, out)
     assert f"{two['ratios']['overhead/paced floor']['median']:.2f}x" == rows[1][4] + "x", (two, out)
-    assert len(two["seconds"]["paced floor"]) == 2 and two["control_plane_us_per_step"] > 0, two
+    assert len(two["seconds"]["paced floor"]) == 2 and two["pace_us_per_step"]["median"] > 0, two
 
 
 def test_bench_overlap(tmp_path):
