@@ -83,34 +83,44 @@ class Recorder(LocalGroup):
 
 def hot_path(workload, plans, repeat: int) -> dict[str, float]:
     """Seconds per step (best of `repeat` passes over the run's plans) of what a rank does with
-    a PLAN (as Worker.answer does it) and of the scheduler's encode and decode around it."""
+    a PLAN (as Worker.answer does it: with overlap scheduling it also places the items planned
+    ahead) and of the scheduler's encode and decode around it."""
     cfg = workload.config
     frames = [encode_body(MsgType.PLAN, p) for p in plans]
     best: dict[str, float] = {}
     clock = time.perf_counter
     for _ in range(repeat):
         rank = RankExecutor(1, cfg.world_size, cfg.num_pages, cfg.page_size, accept_scripts(workload))
-        t = dict.fromkeys(("decode", "verdicts", "encode", "apply", "scheduler encode",
+        t = dict.fromkeys(("decode", "verdicts", "place", "encode", "apply", "scheduler encode",
                            "scheduler decode"), 0.0)
         for plan, frame in zip(plans, frames):
             t0 = clock()
             c = wire.decode_plan_columns(frame)
             if c.pages and max(c.pages) >= cfg.num_pages:
                 raise ValueError("a page past the shard")
-            ids, cols = c.request_ids, c.cols
+            ids, cols, pages = c.request_ids, c.cols, c.pages
             n = len(ids)
             t1 = clock()
             accepted = rank.accepted(ids, cols[n:2 * n], cols[3 * n:4 * n], cols[4 * n:5 * n])
             t2 = clock()
-            body = wire.encode_result_of(c, accepted)
+            starts, counts, num_pages = cols[:n], cols[n:2 * n], cols[5 * n:6 * n]
+            ahead = bool(n and max(cols[6 * n:]))
+            if ahead:
+                starts, num_pages, pages = rank.place_columns(ids, starts, counts, cols[4 * n:5 * n],
+                                                              num_pages, cols[6 * n:], pages)
             t3 = clock()
-            rank.apply_columns(ids, cols[:n], cols[n:2 * n], cols[5 * n:], c.pages)
+            if ahead:
+                body = wire.encode_result_columns(ids, starts, counts, accepted, num_pages, pages)
+            else:
+                body = wire.encode_result_of(c, accepted)
             t4 = clock()
-            _, sent = wire.encode_plan(plan)
+            rank.apply_columns(ids, starts, counts, num_pages, pages)
             t5 = clock()
-            wire.decode_result(body, sent)
+            _, sent = wire.encode_plan(plan)
             t6 = clock()
-            for key, dt in zip(t, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):
+            wire.decode_result(body, sent)
+            t7 = clock()
+            for key, dt in zip(t, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6)):
                 t[key] += dt
         best = {k: min(best.get(k, v), v) for k, v in t.items()}
     return {k: v / len(plans) for k, v in best.items()}

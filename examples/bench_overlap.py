@@ -3,6 +3,7 @@ ranks each take --exec-cost to execute a step, at rung `full` and at rung `overl
 
     python examples/bench_overlap.py [--requests 300] [--world-size 4] [--costs 0,0.5,1,2] [--repeat 3]
     python examples/bench_overlap.py --round-trip [--costs 1]
+    python examples/bench_overlap.py --rank-work
 
 For each exec cost, the two rungs run interleaved `--repeat` times (the workers started once per
 run, outside the timing): the run loop's wall time (the best, and the median), steps per
@@ -14,6 +15,11 @@ that printed the right bytes.
 times of its own (the plan read, decoded, executed, the result encoded; the clock is the
 host's, shared by the scheduler), which split the scheduler's round trip (plan sent to result
 read) into the way to the rank, the time inside it, and the way back.
+
+`--rank-work` shows a rank's own work per step at each rung, with no I/O (bench_boundary.py's
+hot path over the plans of the run in process): at `overlap` a rank also places the items
+planned ahead of its verdicts, and the ranks' work shares the machine's cores with the
+scheduler's.
 """
 from __future__ import annotations
 
@@ -86,6 +92,22 @@ def print_round_trips(workload, costs: list[str], reference: dict[str, list[str]
                   f"{p['inside']:>7.2f} {p['way back']:>8.2f}")
 
 
+def print_rank_work(workload, requests: int, repeat: int) -> None:
+    from bench_boundary import Recorder, hot_path  # beside this script
+    n = workload.config.world_size
+    print(f"serving workload: {requests} requests, world size {n}: a rank's work per step, best of "
+          f"{repeat} passes over the run's plans, no I/O (us)")
+    keys = ("decode", "verdicts", "place", "encode", "apply")
+    print(f"{'rung':<8} " + " ".join(f"{k:>8}" for k in keys) + f" {'total':>8}")
+    for rung in RUNGS:
+        recorder = Recorder(workload, n)
+        for _ in Engine(workload, recorder, rung=rung).run():
+            pass
+        work = hot_path(workload, recorder.plans, repeat)
+        print(f"{rung:<8} " + " ".join(f"{work[k] * 1e6:>8.1f}" for k in keys)
+              + f" {sum(work[k] for k in keys) * 1e6:>8.1f}")
+
+
 def steps_and_discarded(lines: list[str]) -> tuple[int, int]:
     """A trace's steps and the tokens it discarded (0 at rungs that discard nothing)."""
     steps = [json.loads(line) for line in lines[:-1]]
@@ -100,8 +122,12 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--round-trip", action="store_true",
                     help="where a round trip's time goes at each rung (the ranks' own times)")
+    ap.add_argument("--rank-work", action="store_true", help="a rank's own work per step at each rung")
     args = ap.parse_args()
     workload = load_workload(serving_workload(args.requests, world_size=args.world_size))
+    if args.rank_work:
+        print_rank_work(workload, args.requests, max(5, args.repeat))
+        return 0
     reference = {rung: list(trace_json_lines(Engine(workload, rung=rung))) for rung in RUNGS}
     counted = {rung: steps_and_discarded(reference[rung]) for rung in RUNGS}
     if args.round_trip:

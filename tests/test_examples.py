@@ -144,3 +144,12 @@ def test_faults_sh():
     statuses = re.findall(r"^\(exit status (\d+)\)$", done.stdout, re.M)
     assert statuses == ["1", "0", "0", "1", "1"], done.stdout[-3000:]     # stopped, survived twice, ...
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_bench_overlap_shows_a_ranks_work_at_each_rung(tmp_path):
+    out = example("bench_overlap.py", "--requests", 20, "--world-size", 2, "--rank-work", cwd=tmp_path)
+    rows = {m[1]: [float(x) for x in m.groups()[1:]] for m in re.finditer(
+        r"^(full|overlap) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+)$", out, re.M)}
+    assert set(rows) == {"full", "overlap"}, out
+    for rung, (*parts, total) in rows.items():
+        assert abs(sum(parts) - total) < 0.5 and min(parts) >= 0, (rung, out)
