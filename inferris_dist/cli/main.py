@@ -414,7 +414,16 @@ def cmd_launch(args) -> int:
     return launching.run_launch(workload, name, args, made, started)
 
 
-MAX_AHEAD = 64        # workers forked ahead at most (a bigger run forks its own, once checked)
+AHEAD_PER_CORE = 4    # workers forked ahead at most, per core (a bigger run forks its own later:
+                      # measured on 2 cores, 8 ahead gain 0.92x, 16 nothing, 64 cost 1.09x)
+
+
+def max_ahead() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return AHEAD_PER_CORE * cores
 
 
 class WorkerTemplate:
@@ -471,8 +480,9 @@ class WorkerTemplate:
 
     def fork_ahead(self, world_size: int) -> None:
         """Ask the template for the run's first workers now, as the group's first start will
-        ask for them (the same arguments): at most MAX_AHEAD."""
-        if self.template is None or not 1 <= world_size <= MAX_AHEAD:
+        ask for them (the same arguments), as many as the cores can start while the control
+        plane is imported (max_ahead)."""
+        if self.template is None or not 1 <= world_size <= max_ahead():
             return
         from inferris_dist.launcher.process import log_path_of, worker_args
         from inferris_dist.launcher.rundir import local_endpoint
