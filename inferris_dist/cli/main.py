@@ -414,8 +414,8 @@ def cmd_launch(args) -> int:
     return launching.run_launch(workload, name, args, made, started)
 
 
-AHEAD_PER_CORE = 4    # workers forked ahead at most, per core (a bigger run forks its own later:
-                      # measured on 2 cores, 8 ahead gain 0.92x, 16 nothing, 64 cost 1.09x)
+AHEAD_PER_CORE = 4    # workers forked ahead at most, per core: more only compete with the
+                      # scheduler's imports for the cores (a bigger run forks its own when it starts)
 
 
 def max_ahead() -> int:
