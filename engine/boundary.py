@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import partial
 
 from .errors import BoundaryViolation
-from .messages import ExecutionPlan, ExecutionResult, PlanItem, placement_pages, shifted_span
+from .messages import ExecutionPlan, ExecutionResult, PlanItem, placement_pages, shifted
 
 
 def build_plan(step: int, work: list, page_size: int, priors: dict[str, int] | None = None) -> ExecutionPlan:
@@ -27,8 +27,8 @@ _new_item = partial(tuple.__new__, PlanItem)     # PlanItem(*fields), without it
 
 def _ahead_item(req, n: int, decode: bool, page_size: int, prior: int) -> PlanItem:
     start = req.computed
-    return PlanItem(req.request_id, start, n, req.draft_len, decode, req.num_verdicts,
-                    placement_pages(start - prior, n + prior, req.page_table, page_size), prior)
+    return _new_item((req.request_id, start, n, req.draft_len, decode, req.num_verdicts,
+                      placement_pages(start - prior, n + prior, req.page_table, page_size), prior))
 
 
 def validate(plan: ExecutionPlan, result: ExecutionResult, shifts: dict[str, int] | None = None,
@@ -64,9 +64,9 @@ def validate(plan: ExecutionPlan, result: ExecutionResult, shifts: dict[str, int
 
 def _where(item: PlanItem, shifts: dict[str, int], page_size: int) -> PlanItem:
     """The item as the ranks must run it: started earlier by its request's drafts rejected."""
-    rid, _, n, draft_len, decode, index, _, prior = item
-    start, pages = shifted_span(item, shifts.get(rid, 0), page_size)
-    return PlanItem(rid, start, n, draft_len, decode, index, pages, prior)
+    rid, start, n, draft_len, decode, index, placements, prior = item
+    start, pages = shifted(start, n, prior, placements, shifts.get(rid, 0), page_size)
+    return _new_item((rid, start, n, draft_len, decode, index, pages, prior))
 
 
 def _pages(pages) -> str:
