@@ -419,11 +419,8 @@ AHEAD_PER_CORE = 4    # workers forked ahead at most, per core: more only compet
 
 
 def max_ahead() -> int:
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return AHEAD_PER_CORE * cores
+    from inferris_dist.protocol.limits import usable_cores
+    return AHEAD_PER_CORE * usable_cores()
 
 
 class WorkerTemplate:

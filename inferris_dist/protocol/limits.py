@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections import namedtuple
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), or the machine's where that is unknown."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def plain(text: str) -> str:

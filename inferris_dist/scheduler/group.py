@@ -15,7 +15,6 @@ Admission (handshake.py) checks either kind in; after that they are alike.
 """
 from __future__ import annotations
 
-import os
 import resource
 import secrets
 import signal
@@ -42,6 +41,7 @@ from inferris_dist.observe.recorder import Recorder
 from inferris_dist.observe.records import StepRecord
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.faults import parse_faults
+from inferris_dist.protocol.limits import usable_cores
 from inferris_dist.protocol.wire import MsgType
 from inferris_dist.scheduler.channel import Flight, RankChannel, lost_verdict
 from inferris_dist.scheduler.gate import DESCRIPTORS_PER_RANK, raise_descriptor_limit
@@ -373,11 +373,7 @@ def spin_seconds(spin_us: int | None, world_size: int) -> float:
     size 1 under load), so it takes world size + 2 cores to turn it on by default."""
     if spin_us is not None:
         return max(0, spin_us) / 1e6
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return SPIN_US / 1e6 if world_size + 2 <= cores else 0.0
+    return SPIN_US / 1e6 if world_size + 2 <= usable_cores() else 0.0
 
 
 def frame_cap(workload: Workload) -> int:
