@@ -34,6 +34,7 @@ def worker_args(rank: int, world_size: int, address: str, parent_pid: int, death
     return (["--rank", str(rank), "--world-size", str(world_size), "--connect", address,
              "--parent-pid", str(parent_pid)] + ["--death-signal"] * death_signal)
 
+
 class WorkerProcess:
     """One rank's process: its Popen, a sentinel fd for polling, and its stderr log."""
 

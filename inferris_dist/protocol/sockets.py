@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import zmq
 
-_MORE = int(zmq.SNDMORE)     # a plain int: `|` on pyzmq's flag enum costs a few us
+_MORE = int(zmq.SNDMORE)     # plain ints: `|` and `&` on pyzmq's flag enums cost a few us
+POLLIN = int(zmq.POLLIN)     # what `getsockopt(zmq.EVENTS) & POLLIN` asks: a message to read
 
 
 def send_frames(sock: zmq.Socket, frames, flags: int = 0) -> None:

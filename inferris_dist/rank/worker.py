@@ -93,7 +93,7 @@ class Worker:
         self.connected = False
         if parent_pid is not None:       # forked ahead, it may come before the socket is bound
             self.sock.setsockopt(zmq.RECONNECT_IVL, SPAWNED_RECONNECT_MS)
-        if parent_pid is None:           # nobody to watch but the connection itself
+        else:                            # nobody to watch but the connection itself
             self.sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_MS)
             self.sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
             if address.startswith("tcp://["):

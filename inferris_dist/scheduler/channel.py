@@ -33,7 +33,7 @@ from inferris_dist.engine.errors import MachineFailure
 from inferris_dist.observe.recorder import Recorder
 from inferris_dist.observe.records import StepRecord
 from inferris_dist.protocol import wire
-from inferris_dist.protocol.sockets import send_frames
+from inferris_dist.protocol.sockets import POLLIN, send_frames
 from inferris_dist.protocol.wire import MsgType
 from inferris_dist.scheduler.gate import Gate
 from inferris_dist.scheduler.link import Link
@@ -109,7 +109,6 @@ class Flight:
 
 FIRED_HEAD = bytes([0x96, wire.PROTOCOL_VERSION, int(MsgType.FIRED)])   # how a FIRED's header begins
 MAX_FIRED_KEPT = 1024     # fault texts kept per rank (a run's faults for it, generously)
-_POLLIN = int(zmq.POLLIN)   # a plain int: `&` on pyzmq's flag enum costs about a us
 LINK_DONE = object()      # a message's "meta": handed over by the link, which acted on it already
 
 
@@ -586,7 +585,7 @@ class RankChannel:
     def _recv(self) -> tuple[list[bytes], Meta | None] | None:
         """One whole message; a non-member's comes with what the transport knows of its sender."""
         sock = self.sock
-        if not sock.getsockopt(zmq.EVENTS) & _POLLIN:
+        if not sock.getsockopt(zmq.EVENTS) & POLLIN:
             return None                  # nothing (more) to read: asked, not found by an exception
         try:
             ident = sock.recv(zmq.NOBLOCK)

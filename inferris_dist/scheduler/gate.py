@@ -27,8 +27,7 @@ from zmq.utils import z85
 
 from inferris_dist.observe.recorder import NOTED_PER_RANK
 from inferris_dist.protocol.monitor import monitor_event
-
-_POLLIN = int(zmq.POLLIN)   # a plain int: `&` on pyzmq's flag enum costs about a us
+from inferris_dist.protocol.sockets import POLLIN
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 ZAP_DOMAIN = b"inferris-dist"
@@ -217,7 +216,7 @@ class Gate:
         """('closed', fd) for a closed connection; ('protocol', code) or ('no-detail', errno)
         for a failed handshake; ('accept-failed', errno) when a connection could not be taken."""
         monitor = self.monitor
-        while monitor.getsockopt(zmq.EVENTS) & _POLLIN:   # asked: pyzmq's Again costs ~20 us
+        while monitor.getsockopt(zmq.EVENTS) & POLLIN:   # asked: pyzmq's Again costs ~20 us
             try:
                 event, value = monitor_event(monitor.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
