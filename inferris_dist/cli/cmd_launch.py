@@ -429,8 +429,8 @@ def run_compare(workload, name: str, args, made: dict | None = None) -> int:
                             max_restarts=args.max_restarts, rung=args.rung, exec_cost=args.exec_cost,
                             **(made or {}))
     options.check()
+    remote = distributed_lines(workload, options)     # first: its workers were forked ahead
     local = trace_dicts(Engine(workload, rung=args.rung))
-    remote = distributed_lines(workload, options)
     from inferris_dist.testing import judge  # compare's own: launch has no use for it
     verdict = judge(local, remote, args.on_rank_loss)
     n = workload.config.world_size

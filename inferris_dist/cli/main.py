@@ -512,15 +512,14 @@ def _forkable() -> bool:
     return "zmq" not in sys.modules and (threading is None or threading.active_count() == 1)
 
 
-def made_for(args, workload=None) -> dict:
-    """What launch and compare hand the group: the template forked as the command started;
-    given `workload` (launch), asked now for its workers, forked while the control plane is
-    imported (compare runs the workload in process first: its workers would wait)."""
+def made_for(args, workload) -> dict:
+    """What launch and compare hand the group: the template forked as the command started,
+    asked now for the workload's workers, forked while the control plane is imported (both
+    start their run on processes as soon as it is)."""
     early = getattr(args, "early", None)
     if early is None:
         return {}
-    if workload is not None:
-        early.fork_ahead(workload.config.world_size)
+    early.fork_ahead(workload.config.world_size)
     return early.options(args.step_timeout)
 
 
@@ -574,8 +573,9 @@ def cmd_chaos(args) -> int:
 def cmd_compare(args) -> int:
     from inferris_dist.cli.workload_source import workload_from_flags
     workload, name = workload_from_flags(args.spec, args.request, knobs_of(args))
+    made = made_for(args, workload)
     from inferris_dist.cli import cmd_launch as launching
-    return launching.run_compare(workload, name, args, made_for(args))
+    return launching.run_compare(workload, name, args, made)
 
 
 # name: (its line in `inferris-dist --help`, what adds its flags, what runs it), in --help's order
