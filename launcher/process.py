@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .rundir import make_run_dir, remove_run_dir
+from .rundir import local_endpoint, make_run_dir, remove_run_dir
 from .template import WORKER_MODULE
 
 MAX_STATUSES = 1024     # exit statuses of forked workers kept (the oldest go first)
@@ -383,15 +383,26 @@ class Template:
         return self.fork_all([(rank, argv, log_path)], secret)[0]
 
     def fork_ahead(self, asks: Sequence[tuple[int, Sequence[str], Path]], secret: bytes) -> None:
-        """Ask now for workers the run will want, before it knows it wants them (the command
-        line, as it starts): the template forks them as soon as it is up, and they connect
-        and wait for the scheduler. `fork_all` later takes those it asks for alike (the same
-        rank, arguments and secret) and kills the rest. Asks already ahead stay as they are."""
-        if self._ahead or self.sock is None:
+        """Ask now for workers a run will want, before it knows it wants them (the command
+        line as it starts, chaos between two runs): the template forks them as soon as it is
+        up, and they connect and wait for the scheduler. `fork_all` later takes those it asks
+        for alike (the same rank, arguments and secret) and kills the rest; so does another
+        call of this, of those the last one asked for."""
+        if self.sock is None:
             return
+        if self._ahead:
+            ahead, self._ahead = self._ahead, {}
+            self._kill(self._answers(list(ahead), time.monotonic() + self.answer_timeout).values())
         self._send(asks, secret)
         self._ahead = {rank: (list(argv), log_path) for rank, argv, log_path in asks}
         self._ahead_secret = secret
+
+    def fork_ahead_for(self, run_dir: Path, world_size: int, secret: bytes) -> None:
+        """`fork_ahead` of what a group in `run_dir` asks for first: ranks 0..world_size-1 of
+        a run on its local socket, with `secret`."""
+        address = local_endpoint(run_dir)
+        self.fork_ahead([(rank, worker_args(rank, world_size, address, self.pid, True),
+                          log_path_of(run_dir, rank)) for rank in range(world_size)], secret)
 
     def fork_all(self, asks: Sequence[tuple[int, Sequence[str], Path]], secret: bytes) -> list[ForkedProcess]:
         """Fork a worker for each (rank, argv, log path): every ask sent at once, then the
@@ -411,13 +422,18 @@ class Template:
             self._read(0.0)                    # the exit notes in by now (no answer is due)
         taken = {rank: early[rank] for rank in alike if self._still_there(early[rank])}
         spare += [early[rank] for rank in alike if rank not in taken]   # gone already: waited too long
-        if spare:                              # forked ahead for nothing: the template kills them
-            self._say("".join(json.dumps({"kill": pid}) + "\n" for pid in spare))
+        self._kill(spare)                      # forked ahead for nothing
         asks = [(rank, argv, ahead[rank][1] if rank in taken else log_path) for rank, argv, log_path in asks]
         fresh = [a for a in asks if a[0] not in taken]
         self._send(fresh, secret)
         pids = {**taken, **self._answers([rank for rank, _, _ in fresh], deadline)}
         return [ForkedProcess(rank, pids[rank], log_path, self) for rank, _, log_path in asks]
+
+    def _kill(self, pids) -> None:
+        """Have the template kill these children of its own (it reaps them)."""
+        lines = "".join(json.dumps({"kill": pid}) + "\n" for pid in pids)
+        if lines:
+            self._say(lines)
 
     def _answers(self, ranks: list[int], deadline: float) -> dict[int, int]:
         """The pid the template answered for each of `ranks` (asks sent, one per rank)."""

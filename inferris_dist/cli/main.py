@@ -481,13 +481,8 @@ class WorkerTemplate:
         plane is imported (max_ahead)."""
         if self.template is None or not 1 <= world_size <= max_ahead():
             return
-        from inferris_dist.launcher.process import log_path_of, worker_args
-        from inferris_dist.launcher.rundir import local_endpoint
         try:
-            address = local_endpoint(self.run_dir)
-            self.template.fork_ahead([(rank, worker_args(rank, world_size, address, self.template.pid, True),
-                                       log_path_of(self.run_dir, rank)) for rank in range(world_size)],
-                                     self.secret)
+            self.template.fork_ahead_for(self.run_dir, world_size, self.secret)
         except OSError:
             pass                             # the group asks again, the usual way, and says why
 
