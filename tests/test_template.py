@@ -191,12 +191,14 @@ FORKED = textwrap.dedent('''
     from inferris_dist.launcher.process import Template, fork_workers, stop_workers
     template = Template.of_fork(pid, sock, run_dir, module="tests.helpers.template_child")
     ahead = [(r, [str(r)], run_dir / f"ahead{r}.log") for r in range(3)]
+    if "twice" in sys.argv[2:]:                           # asked for ahead, then for others
+        template.fork_ahead([(r, ["old"], run_dir / f"old{r}.log") for r in range(3)], b"s3cret")
     template.fork_ahead(ahead, b"s3cret")
     template.wait_up()
     fds = sorted(os.listdir(f"/proc/{pid}/fd"))
     targets = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in fds]
     asked = json.loads(sys.argv[1])                       # rank -> argv the run asks for
-    if len(sys.argv) > 2:                                 # one forked ahead is gone meanwhile
+    if "kill one" in sys.argv[2:]:                        # one forked ahead is gone meanwhile
         deadline = time.monotonic() + 10
         while len(children := open(f"/proc/{pid}/task/{pid}/children").read().split()) < 3:
             assert time.monotonic() < deadline, "the workers forked ahead did not come"
@@ -265,6 +267,15 @@ def test_a_worker_forked_ahead_that_is_gone_by_the_start_is_forked_afresh():
     assert len(fresh) == 1, got["logs"]
     assert all(got["words"][r] == f"rank {r} has s3cret" for r in ("0", "1", "2")), got["words"]
     assert sorted(got["children"]) == sorted(got["pids"].values())
+    assert all_gone([got["template"], *got["pids"].values()], 5) == []
+
+
+def test_workers_asked_for_ahead_again_replace_those_asked_for_before():
+    """A second ask ahead (chaos-like: the next run's, the last one's never claimed) kills what
+    the first asked for; the start takes the second's."""
+    got = forked_template_run({0: ["0"], 1: ["1"], 2: ["2"]}, "twice")
+    assert sorted(got["logs"].values()) == ["ahead0.log", "ahead1.log", "ahead2.log"], got["logs"]
+    assert sorted(got["children"]) == sorted(got["pids"].values()), "the first asks' workers live on"
     assert all_gone([got["template"], *got["pids"].values()], 5) == []
 
 
