@@ -391,6 +391,7 @@ class Template:
         if self.sock is None:
             return
         if self._ahead:
+            self.wait_up()                     # its answers come after it says it is up
             ahead, self._ahead = self._ahead, {}
             self._kill(self._answers(list(ahead), time.monotonic() + self.answer_timeout).values())
         self._send(asks, secret)
