@@ -19,8 +19,8 @@ pair taken while other work runs is not comparable with one on a quiet machine.
 
 The paced floor is the floor with its round trips as far apart as the steps' were on
 processes: before each one it keeps its core busy, untimed, as long as the scheduler worked
-between the step before's last reply and that step's first plan, in the pair before (from the
-steps' own records). The bare floor sends its next plan
+between the step before's last reply and that step's first plan, in the turn just before, over
+the same steps (from the steps' own records). The bare floor sends its next plan
 the moment the last reply is in, so its echo processes never wait long; the ranks of a run
 wait out the control plane's work every step, and a process that has waited longer takes
 longer to wake (on a virtual machine above all, whose idle cores the host takes back). The
@@ -215,7 +215,7 @@ class Floor(Pass):
     private directory as the workers are; a step sends a recorded plan to all and gathers a
     reply of the recorded result's size from each. Paced, before each round trip it
     keeps its core busy, untimed, as long as the scheduler on processes worked before that
-    step's plan in the pair before (`gaps`, handed over by the measurement): the echo
+    step's plan in the turn just before (`gaps`, handed over by the measurement): the echo
     processes wait between round trips as long as the ranks did, and a process that has waited
     longer takes longer to wake (a virtual machine's idle cores above all)."""
 
@@ -400,9 +400,9 @@ def measure(requests: int, size: int, pairs: int, turns, quiet: float = 0.0, pat
     reference = [engine.json_line(t) for t in engine.run()] + [json.dumps(engine.summary())]
     steps = len(reference) - 1
     makers = {"floor": lambda stack: Floor(recorder.sizes, size, stack),
-              "paced floor": lambda stack: Floor(recorder.sizes, size, stack),
               "in process": lambda stack: InProcess(workload, size),
-              "processes": lambda stack: OnProcesses(workload, size, stack)}
+              "processes": lambda stack: OnProcesses(workload, size, stack),
+              "paced floor": lambda stack: Floor(recorder.sizes, size, stack)}   # right after it
     if size > 1:
         makers["in process, 1 rank"] = lambda stack: InProcess(workload, 1)
     turns, others = list(turns), Others()
@@ -420,12 +420,20 @@ def measure(requests: int, size: int, pairs: int, turns, quiet: float = 0.0, pat
             if pair and patience > 0:
                 waited_in_vain += not others.wait(quiet, patience)
             others.since()
-            left, took = list(kinds), {}
+            left, took, gaps = list(kinds), {}, []
             while left:
                 for kind in list(left):
+                    if kind.name == "paced floor":      # the turn processes just took, paced alike
+                        kind.ask("pace", gaps)
                     took[kind.name], done = kind.ask("turn", turn)
+                    if kind.name == "processes":
+                        gaps = kind.ask("gaps")
                     if done:
                         left.remove(kind)
+            if len(gaps) != steps:
+                raise SystemExit(f"world size {size}: {len(gaps)} gaps for {steps} steps")
+            if pair:
+                paces.append(sum(gaps) / steps * 1e6)
             if pair:
                 busy_elsewhere.append(others.since())
             for kind in kinds:
@@ -435,13 +443,6 @@ def measure(requests: int, size: int, pairs: int, turns, quiet: float = 0.0, pat
                                      f"from the engine's in process")
                 if pair:
                     times[kind.name].append(took[kind.name])
-            if pair < pairs:           # the next pair's paced floor: this pair's gaps on processes
-                by_name = {kind.name: kind for kind in kinds}
-                gaps = by_name["processes"].ask("gaps")
-                if len(gaps) != steps:
-                    raise SystemExit(f"world size {size}: {len(gaps)} gaps for {steps} steps")
-                by_name["paced floor"].ask("pace", gaps)
-                paces.append(sum(gaps) / max(1, len(gaps)) * 1e6)
         startup = next(k for k in kinds if k.name == "processes").startup
     times.setdefault("in process, 1 rank", times["in process"])
     per_step = {kind: [t / steps * 1e6 for t in ts] for kind, ts in times.items()}
