@@ -300,6 +300,27 @@ def test_sigint_exits_130_and_stops_every_worker(tmp_path):
     assert all_gone(pids, 2.0) == []
 
 
+def test_ctrl_c_while_the_command_line_is_still_importing_itself_is_one_line_and_130():
+    """The console script's first line takes Ctrl-C quietly: an interrupt while the command
+    line is being imported (here: the moment its main module's import begins) is the same one
+    line and status 130 as later, never Python's traceback."""
+    script = ("import builtins, os, signal\n"
+              "real = builtins.__import__\n"
+              "def hook(name, *a, **k):\n"
+              "    if name == 'inferris_dist.cli.main':\n"
+              "        builtins.__import__ = real\n"
+              "        os.kill(os.getpid(), signal.SIGINT)\n"
+              "    return real(name, *a, **k)\n"
+              "builtins.__import__ = hook\n"
+              "import sys; sys.argv = ['inferris-dist', 'launch']\n"
+              "from inferris_dist.cli.console import entry\n"
+              "entry()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30,
+                          env=ENV, cwd=REPO, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "inferris-dist: interrupted\n"
+
+
 def test_sigkill_to_the_scheduler_takes_its_workers_with_it(tmp_path):
     proc, _, pids = start_long_launch(tmp_path)
     proc.send_signal(signal.SIGKILL)
