@@ -270,22 +270,24 @@ class _Child:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None and self._pidfd is not None and timeout is not None \
-                and not readable(self._pidfd, timeout):
-            raise subprocess.TimeoutExpired([str(self.pid)], timeout)
-        if self.returncode is None:
-            if self._pidfd is None and timeout is not None:
-                deadline = time.monotonic() + timeout
-                while self.poll() is None:
-                    if time.monotonic() >= deadline:
-                        raise subprocess.TimeoutExpired([str(self.pid)], timeout)
-                    time.sleep(0.005)
-                return self.returncode
-            try:
-                _, status = os.waitpid(self.pid, 0)
-            except ChildProcessError:
-                status = 0
-            self._reaped(status)
+        """Reap it, within `timeout` s if given (else TimeoutExpired, as Popen says)."""
+        if self.returncode is not None:
+            return self.returncode
+        if timeout is not None and self._pidfd is not None:
+            if not readable(self._pidfd, timeout):
+                raise subprocess.TimeoutExpired([str(self.pid)], timeout)
+        elif timeout is not None:              # no pidfd here: look every 5 ms
+            deadline = time.monotonic() + timeout
+            while self.poll() is None:
+                if time.monotonic() >= deadline:
+                    raise subprocess.TimeoutExpired([str(self.pid)], timeout)
+                time.sleep(0.005)
+            return self.returncode
+        try:
+            _, status = os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            status = 0
+        self._reaped(status)
         return self.returncode
 
     def kill(self) -> None:
@@ -379,12 +381,9 @@ class Template:
         """Started and still running (a template shared between runs is checked before each)."""
         return self.proc is not None and self.sock is not None and self.proc.poll() is None
 
-    def fork(self, rank: int, argv: Sequence[str], secret: bytes, log_path: Path) -> ForkedProcess:
-        return self.fork_all([(rank, argv, log_path)], secret)[0]
-
     def fork_ahead(self, asks: Sequence[tuple[int, Sequence[str], Path]], secret: bytes) -> None:
         """Ask now for workers a run will want, before it knows it wants them (the command
-        line as it starts, chaos between two runs): the template forks them as soon as it is
+        line, as it starts): the template forks them as soon as it is
         up, and they connect and wait for the scheduler. `fork_all` later takes those it asks
         for alike (the same rank, arguments and secret) and kills the rest; so does another
         call of this, of those the last one asked for."""
@@ -418,17 +417,21 @@ class Template:
         # The answers come in the order of the asks: those sent ahead first, then these.
         deadline = time.monotonic() + self.answer_timeout
         early = self._answers(list(ahead), deadline)
-        spare = [pid for rank, pid in early.items() if rank not in alike]
         if alike:
             self._read(0.0)                    # the exit notes in by now (no answer is due)
-        taken = {rank: early[rank] for rank in alike if self._still_there(early[rank])}
-        spare += [early[rank] for rank in alike if rank not in taken]   # gone already: waited too long
-        self._kill(spare)                      # forked ahead for nothing
-        asks = [(rank, argv, ahead[rank][1] if rank in taken else log_path) for rank, argv, log_path in asks]
+        taken = {}
+        for rank in alike:                     # one gone already waited too long: asked afresh
+            w = ForkedProcess(rank, early[rank], ahead[rank][1], self)
+            if early[rank] not in self._statuses and w.alive():
+                taken[rank] = w
+            else:
+                w.close()
+        self._kill(pid for rank, pid in early.items() if rank not in taken)   # forked ahead for nothing
         fresh = [a for a in asks if a[0] not in taken]
         self._send(fresh, secret)
-        pids = {**taken, **self._answers([rank for rank, _, _ in fresh], deadline)}
-        return [ForkedProcess(rank, pids[rank], log_path, self) for rank, _, log_path in asks]
+        pids = self._answers([rank for rank, _, _ in fresh], deadline)
+        return [taken.get(rank) or ForkedProcess(rank, pids[rank], log_path, self)
+                for rank, _, log_path in asks]
 
     def _kill(self, pids) -> None:
         """Have the template kill these children of its own (it reaps them)."""
@@ -451,20 +454,6 @@ class Template:
                 waiting.remove(got["rank"])
                 pids[got["rank"]] = got["pid"]
         return pids
-
-    def _still_there(self, pid: int) -> bool:
-        """A worker forked ahead has not exited (it gives up on a scheduler that takes too
-        long to bind its socket)."""
-        if pid in self._statuses:
-            return False
-        try:
-            fd = os.pidfd_open(pid)
-        except (OSError, AttributeError):
-            return False
-        try:
-            return not readable(fd, 0.0)
-        finally:
-            os.close(fd)
 
     def _send(self, asks: Sequence[tuple[int, Sequence[str], Path]], secret: bytes) -> None:
         """The asks, to the template; their logs are made here first, not in the child: a full
