@@ -63,16 +63,7 @@ def _child(module, argv: list[str], secret: str, log: str, keep: list[int]) -> N
         r, w = os.pipe()
         os.write(w, secret.encode() + b"\n")
         os.close(w)
-        os.dup2(r, 0)
-        os.close(r)
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 1)
-        os.close(null)
-        err = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(err, 2)
-        os.close(err)
-        sys.stdin = open(0, "r", closefd=False)
-        sys.stderr = open(2, "w", closefd=False, buffering=1)
+        _streams(r, os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         sys.argv = [module.__name__, *argv]
         try:
             code = module.main(argv) or 0
@@ -81,6 +72,18 @@ def _child(module, argv: list[str], secret: str, log: str, keep: list[int]) -> N
     except BaseException as e:       # anything else: last words, then out
         _leave(code, "template child", e)
     _leave(code)
+
+
+def _streams(stdin_fd: int, log_fd: int) -> None:
+    """A forked process's standard streams: stdin from `stdin_fd`, stdout to nowhere, stderr
+    to `log_fd` (both descriptors taken over), and sys's streams on them."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for fd, std in ((stdin_fd, 0), (null, 1), (log_fd, 2)):
+        os.dup2(fd, std)
+        os.close(fd)
+    sys.stdin = open(0, "r", closefd=False)
+    sys.stdout = open(1, "w", closefd=False)
+    sys.stderr = open(2, "w", closefd=False, buffering=1)
 
 
 def _leave(code: int, who: str = "", error: BaseException | None = None) -> None:
@@ -106,16 +109,15 @@ def fork_template(module_name: str, log_path: str) -> tuple[int, socket.socket]:
     leaves with os._exit: nothing of the command line's runs in it (no exit handler, no flush
     of the parent's buffers)."""
     ours, theirs = socket.socketpair()
+    log = None
     try:
         log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            pid = os.fork()
-        except BaseException:
-            os.close(log)
-            raise
+        pid = os.fork()
     except BaseException:
         ours.close()
         theirs.close()
+        if log is not None:
+            os.close(log)
         raise
     if pid:
         theirs.close()
@@ -124,17 +126,9 @@ def fork_template(module_name: str, log_path: str) -> tuple[int, socket.socket]:
     try:
         os.setsid()
         ours.close()
-        null = os.open(os.devnull, os.O_RDWR)
-        os.dup2(null, 0)
-        os.dup2(null, 1)
-        os.dup2(log, 2)
-        os.close(null)
-        os.close(log)
+        _streams(os.open(os.devnull, os.O_RDONLY), log)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        sys.stdin = open(0, "r", closefd=False)
-        sys.stdout = open(1, "w", closefd=False)
-        sys.stderr = open(2, "w", closefd=False, buffering=1)
         fd = theirs.detach()
         os.closerange(3, fd)          # nothing else of the command line's: its run directory's
         os.closerange(fd + 1, 1 << 20)   # lock above all (held, it would keep a dead run "alive")
