@@ -682,7 +682,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The console script: `main()`, then out as soon as its outputs are flushed and the exit
+    """What the console script (cli/console.py) runs once this module is loaded: `main()`,
+    then out as soon as its outputs are flushed and the exit
     handlers have run, without the interpreter freeing every object of the run one by one
     (about 20 ms after a 300-request run, paid by every command). Every file of ours is
     closed by then; a library caller of `main()` keeps the usual exit."""
