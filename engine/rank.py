@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from .messages import ExecutionPlan, ItemOutcome, RankExecutionResult, shifted, shifted_span
+from .messages import ExecutionPlan, ItemOutcome, RankExecutionResult, shifted_span
 from .shard import SlotStore
 
 
@@ -89,19 +89,31 @@ class RankExecutor:
         return out
 
     def place_columns(self, request_ids, starts, counts, verdict_indexes, num_pages, priors, pages):
-        """`where` over columns: (starts, num_pages, pages) as the items really run."""
+        """`where` over columns: (starts, num_pages, pages) as the items really run. `verdict`
+        and `shifted` are inlined (the rank's hot path at overlap; the columnar tests hold
+        them to `where` on every golden step and on generated plans): an item's pages are
+        sliced out of `pages` once, where it really runs."""
         get, page_size = self.accept_scripts.get, self.shard.page_size
         starts, kept_counts, kept = list(starts), [], []
+        count_kept, keep = kept_counts.append, kept.extend
         at = 0
         for i, (rid, count, index, k, prior) in enumerate(zip(request_ids, counts, verdict_indexes,
                                                                 num_pages, priors)):
-            own = pages[at:at + k]
-            at += k
+            end = at + k
             if prior:
-                rejected = prior - verdict(get(rid), index - 1, prior)
-                starts[i], own = shifted(starts[i], count, prior, own, rejected, page_size)
-            kept_counts.append(len(own))
-            kept.extend(own)
+                script, j = get(rid), index - 1
+                a = script[j] if script is not None and j < len(script) else prior
+                rejected = prior - a if 0 <= a <= prior else 0 if a > prior else prior
+                start = starts[i]
+                first = at - (start - prior) // page_size
+                start -= rejected
+                starts[i] = start
+                own = pages[first + start // page_size:min(end, first + (start + count - 1) // page_size + 1)]
+            else:
+                own = pages[at:end]
+            count_kept(len(own))
+            keep(own)
+            at = end
         return starts, kept_counts, kept
 
     def apply_columns(self, request_ids, starts, counts, num_pages, pages) -> None:
