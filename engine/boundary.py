@@ -3,10 +3,8 @@ validate the joined result against it (phase 9) before anything commits.
 """
 from __future__ import annotations
 
-from functools import partial
-
 from .errors import BoundaryViolation
-from .messages import ExecutionPlan, ExecutionResult, PlanItem, placement_pages, shifted
+from .messages import ExecutionPlan, ExecutionResult, PlanItem, new_item, placement_pages, shifted
 
 
 def build_plan(step: int, work: list, page_size: int, priors: dict[str, int] | None = None) -> ExecutionPlan:
@@ -16,18 +14,15 @@ def build_plan(step: int, work: list, page_size: int, priors: dict[str, int] | N
         return ExecutionPlan(step, tuple(_ahead_item(req, n, decode, page_size, priors.get(req.request_id, 0))
                                          for req, n, decode in work))
     items = tuple(
-        _new_item((req.request_id, req.computed, n, req.draft_len, decode, req.num_verdicts,
+        new_item((req.request_id, req.computed, n, req.draft_len, decode, req.num_verdicts,
                    placement_pages(req.computed, n, req.page_table, page_size), 0))
         for req, n, decode in work)
     return ExecutionPlan(step, items)
 
 
-_new_item = partial(tuple.__new__, PlanItem)     # PlanItem(*fields), without its Python __new__
-
-
 def _ahead_item(req, n: int, decode: bool, page_size: int, prior: int) -> PlanItem:
     start = req.computed
-    return _new_item((req.request_id, start, n, req.draft_len, decode, req.num_verdicts,
+    return new_item((req.request_id, start, n, req.draft_len, decode, req.num_verdicts,
                       placement_pages(start - prior, n + prior, req.page_table, page_size), prior))
 
 
@@ -66,7 +61,7 @@ def _where(item: PlanItem, shifts: dict[str, int], page_size: int) -> PlanItem:
     """The item as the ranks must run it: started earlier by its request's drafts rejected."""
     rid, start, n, draft_len, decode, index, placements, prior = item
     start, pages = shifted(start, n, prior, placements, shifts.get(rid, 0), page_size)
-    return _new_item((rid, start, n, draft_len, decode, index, pages, prior))
+    return new_item((rid, start, n, draft_len, decode, index, pages, prior))
 
 
 def _pages(pages) -> str:

@@ -12,6 +12,7 @@ gives the SPEC's per-position triples.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 
@@ -41,6 +42,12 @@ class ItemOutcome(NamedTuple):
     executed_tokens: int
     accepted: int
     writes: tuple[int, ...]       # page ids written, in the same form as placements
+
+
+# PlanItem(*fields) and ItemOutcome(*fields) without their Python __new__ (or _make's length
+# check): for the hot paths that build them from exactly as many fields.
+new_item = partial(tuple.__new__, PlanItem)
+new_outcome = partial(tuple.__new__, ItemOutcome)
 
 
 class RankExecutionResult(NamedTuple):

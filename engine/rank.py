@@ -7,9 +7,7 @@ and writes `(request_id, position)` into its shard for every placement.
 """
 from __future__ import annotations
 
-from functools import partial
-
-from .messages import ExecutionPlan, ItemOutcome, RankExecutionResult, shifted_span
+from .messages import ExecutionPlan, RankExecutionResult, new_outcome, shifted_span
 from .shard import SlotStore
 
 
@@ -18,9 +16,6 @@ def verdict(script: tuple[int, ...] | None, verdict_index: int, drafted: int) ->
     if script is None or verdict_index >= len(script):
         return drafted
     return min(max(script[verdict_index], 0), drafted)
-
-
-_new_outcome = partial(tuple.__new__, ItemOutcome)   # ItemOutcome._make without the length check
 
 
 class RankExecutor:
@@ -46,7 +41,7 @@ class RankExecutor:
         accepted = self.accepted(ids, counts, decodes, indexes)
         if any(priors):
             starts, placements = zip(*map(self.where, plan.items))
-        outcomes = tuple(map(_new_outcome, zip(ids, starts, counts, accepted, placements)))
+        outcomes = tuple(map(new_outcome, zip(ids, starts, counts, accepted, placements)))
         return RankExecutionResult(self.rank, self.world_size, plan.step, outcomes)
 
     def apply(self, plan: ExecutionPlan) -> None:

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from inferris_dist.engine.messages import ExecutionPlan, ItemOutcome, PlanItem
+from inferris_dist.engine.messages import ExecutionPlan, ItemOutcome, new_item, new_outcome
 from inferris_dist.protocol.limits import MAX_STEP_COST_NS, MAX_TOKEN_COST_NS
 
 PROTOCOL_VERSION = 5   # both sides speak exactly this one (a peer of another version is refused)
@@ -330,7 +330,7 @@ def plan_of(columns: PlanColumns) -> ExecutionPlan:
         return ExecutionPlan(columns.step, ())
     c = [cols[k * n:(k + 1) * n] for k in range(len(PLAN_COLUMNS))]
     items = zip(ids, c[0], c[1], c[2], map(_BOOLS.__getitem__, c[3]), c[4], _split(columns.pages, c[5]), c[6])
-    return ExecutionPlan(columns.step, tuple(map(PlanItem._make, items)))
+    return ExecutionPlan(columns.step, tuple(map(new_item, items)))
 
 
 def _plan(body) -> ExecutionPlan:
@@ -374,9 +374,9 @@ def _outcomes(body, sent: SentPlan | None = None) -> tuple[ItemOutcome, ...]:
     if (sent is not None and raw_writes == sent.raw_pages and ids == sent.request_ids
             and raw_cols[:8 * n] == sent.raw_cols[:8 * n]
             and raw_cols[12 * n:] == sent.raw_cols[20 * n:24 * n]):
-        return tuple(map(ItemOutcome._make, zip(sent.request_ids, sent.starts, sent.counts, accepted,
+        return tuple(map(new_outcome, zip(sent.request_ids, sent.starts, sent.counts, accepted,
                                                 sent.placements)))
-    return tuple(map(ItemOutcome._make, zip(ids, cols[:n], cols[n:2 * n], accepted,
+    return tuple(map(new_outcome, zip(ids, cols[:n], cols[n:2 * n], accepted,
                                             _split(writes, cols[3 * n:]))))
 
 
