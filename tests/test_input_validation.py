@@ -8,7 +8,8 @@
    ranks, sizes and ports as the digits 0-9 only;
 4. a request id that cannot be encoded as UTF-8 (a lone surrogate) is bad input at workload
    load time, alike for run, launch and compare;
-5. numbers past what the code can use are bad input, alike for run and launch;
+5. numbers past what the code can use are bad input, alike for run and launch, and a library
+   option of the wrong kind is bad input before anything starts;
 6. terminal control in request ids is shown escaped;
 7. errors name the file, the source and the real problem.
 
@@ -318,6 +319,28 @@ def test_run_and_launch_accept_or_refuse_a_workload_alike(tmp_path):
         if not ok:
             assert "accept_script" in ran.stderr and ran.stderr == launched.stderr
 
+
+
+@pytest.mark.parametrize("options,says", [
+    ({"exec_cost": 5}, "exec_cost must be an ExecCost or its text"),
+    ({"exec_cost": "fast"}, "exec_cost 'fast': no unit"),
+    ({"audit_every": "3"}, "audit_every must be an int, got '3'"),
+    ({"max_restarts": None}, "max_restarts must be an int, got None"),
+])
+def test_a_library_option_of_the_wrong_kind_is_bad_input_before_anything_starts(options, says):
+    import inferris_dist
+    with pytest.raises(WorkloadError, match=says):
+        with inferris_dist.launch(str(DEMO), world_size=2, **options):
+            pytest.fail("the group started")
+
+
+def test_a_library_exec_cost_may_be_given_as_the_flag_takes_it():
+    import inferris_dist
+    from inferris_dist.protocol.limits import parse_exec_cost
+    text = "1ms+2us/token"
+    assert inferris_dist.LaunchOptions(exec_cost=text).exec_cost == parse_exec_cost(text)
+    with inferris_dist.launch(str(DEMO), world_size=2, exec_cost="1ms") as engine:
+        assert sum(1 for _ in engine.run()) == 6
 
 # -- 6. terminal control in names ----------------------------------------------------------------
 

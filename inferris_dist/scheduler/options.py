@@ -11,7 +11,7 @@ from inferris_dist.engine import WorkloadError
 from inferris_dist.engine.rungs import rung as rung_named
 from inferris_dist.observe.timeline import Timeline
 from inferris_dist.protocol.faults import POLICIES
-from inferris_dist.protocol.limits import MAX_SECONDS, NO_EXEC_COST, ExecCost, valid_seconds
+from inferris_dist.protocol.limits import MAX_SECONDS, NO_EXEC_COST, ExecCost, parse_exec_cost, valid_seconds
 from inferris_dist.protocol.placement import PlacementError, check_address
 
 if TYPE_CHECKING:
@@ -51,10 +51,25 @@ class LaunchOptions:
                                         # ranks leave a core free for the scheduler, else 0
     bind: str = "local"                 # where spawned workers connect: "local" (a private unix
                                         # socket) or tcp://ADDR (port 0 picked)
-    exec_cost: ExecCost = NO_EXEC_COST  # each rank takes this long to execute a step (a model's time)
+    exec_cost: ExecCost | str = NO_EXEC_COST   # each rank takes this long to execute a step (a
+                                        # model's time); text as --exec-cost takes it ("1ms") is read
+
+    def __post_init__(self):
+        if isinstance(self.exec_cost, str):
+            try:
+                cost = parse_exec_cost(self.exec_cost)
+            except ValueError as e:
+                raise WorkloadError(f"exec_cost {self.exec_cost!r}: {e}") from None
+            object.__setattr__(self, "exec_cost", cost)
 
     def check(self) -> None:
         """Refuse, as bad input (WorkloadError), options that cannot work together."""
+        for name in ("audit_every", "max_restarts"):
+            if type(getattr(self, name)) is not int:
+                raise WorkloadError(f"{name} must be an int, got {getattr(self, name)!r}")
+        if not isinstance(self.exec_cost, ExecCost):
+            raise WorkloadError(f"exec_cost must be an ExecCost or its text (\"1ms+2us/token\"), "
+                                f"got {self.exec_cost!r}")
         for name in ("step_timeout", "join_timeout", "rejoin_timeout"):
             if not valid_seconds(getattr(self, name)):
                 raise WorkloadError(f"{name} must be a number of seconds > 0 and <= {MAX_SECONDS:g}, "
