@@ -26,7 +26,7 @@ Beyond the original design:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import WorkloadError
 
@@ -37,8 +37,7 @@ ALL_FIELDS = CACHE_FIELDS + ("drafted", "accepted", "rolled_back")
 OVERLAP_FIELDS = ALL_FIELDS + ("discarded", "returned")
 
 
-@dataclass(frozen=True)
-class Rung:
+class Rung(NamedTuple):
     name: str
     adds: str                        # what this rung adds, in a few words
     budget: str                      # "none": all it owes; "whole": all or nothing; "chunked"

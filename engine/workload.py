@@ -7,9 +7,8 @@ raises `WorkloadError` with one line naming the key, the request and the value.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import WorkloadError
 
@@ -32,8 +31,7 @@ TOP_KEYS = ("engine", "requests", "faults")
 PROMPT_STRIDE = 1000
 
 
-@dataclass(frozen=True)
-class EngineConfig:
+class EngineConfig(NamedTuple):
     max_step_tokens: int = 8
     page_size: int = 4
     num_pages: int = 8
@@ -41,8 +39,7 @@ class EngineConfig:
     world_size: int = 1
 
 
-@dataclass(frozen=True)
-class RequestSpec:
+class RequestSpec(NamedTuple):
     request_id: str
     tokens: tuple[int, ...]
     max_new_tokens: int
@@ -51,8 +48,7 @@ class RequestSpec:
     accept_script: tuple[int, ...] | None = None
 
 
-@dataclass(frozen=True)
-class Workload:
+class Workload(NamedTuple):
     config: EngineConfig
     requests: tuple[RequestSpec, ...]
     # Fault specs carried for the distributed executor; opaque to the engine.
@@ -63,11 +59,11 @@ class Workload:
         given = {k: v for k, v in knobs.items() if v is not None}
         for key, value in given.items():
             _check_engine_value(key, value)
-        return replace(self, config=replace(self.config, **given))
+        return self._replace(config=self.config._replace(**given))
 
     def to_dict(self) -> dict:
         """The workload as SPEC §1 JSON (requests by explicit tokens)."""
-        out: dict[str, Any] = {"engine": vars(self.config).copy(), "requests": []}
+        out: dict[str, Any] = {"engine": self.config._asdict(), "requests": []}
         for r in self.requests:
             out["requests"].append({
                 "request_id": r.request_id, "tokens": list(r.tokens),

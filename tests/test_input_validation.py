@@ -338,7 +338,7 @@ def test_a_library_exec_cost_may_be_given_as_the_flag_takes_it():
     import inferris_dist
     from inferris_dist.protocol.limits import parse_exec_cost
     text = "1ms+2us/token"
-    assert inferris_dist.LaunchOptions(exec_cost=text).exec_cost == parse_exec_cost(text)
+    assert inferris_dist.LaunchOptions(exec_cost=text).read().exec_cost == parse_exec_cost(text)
     with inferris_dist.launch(str(DEMO), world_size=2, exec_cost="1ms") as engine:
         assert sum(1 for _ in engine.run()) == 6
 

@@ -8,7 +8,6 @@ import json
 import re
 import secrets
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from inferris_dist.cli import render
@@ -150,7 +149,7 @@ def run_chaos(args) -> int:
         if workload.faults:
             sys.stderr.write(f"inferris-dist: note: the workload's own faults "
                              f"({', '.join(workload.faults)}) are left out: chaos draws the faults\n")
-            workload = replace(workload, faults=())
+            workload = workload._replace(faults=())
         workloads = [(name, workload)]
     config = ChaosConfig(workloads, seed, tuple(args.rung), tuple(args.policy), args.world_size,
                          parse_kind_weights(args.kinds), args.max_faults, args.step_timeout,

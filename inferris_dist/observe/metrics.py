@@ -313,7 +313,7 @@ class Metrics:
             "version": VERSION,
             "workload": self.name,
             "rung": engine.rung.name,
-            "config": dict(vars(engine.config)),
+            "config": engine.config._asdict(),
             "run": self.run_totals(),
             "steps": self.step_columns(),
             "requests": self.request_rows(),

@@ -6,37 +6,38 @@ import json
 import os
 import random
 import time
-from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from inferris_dist.protocol.wire import to_jsonable
 
 
-@dataclass
 class StepRecord:
     """One attempt at one step: what went out, what came back, and the verdict."""
-    step: int
-    epoch: int
-    plan_bytes: int
-    sent: dict[int, float] = field(default_factory=dict)         # rank -> monotonic send time
-    rtt: dict[int, float] = field(default_factory=dict)          # rank -> seconds
-    result_bytes: dict[int, int] = field(default_factory=dict)   # rank -> bytes
-    verdict: str = ""                                            # "joined", or what went wrong
-    notes: list[str] = field(default_factory=list)               # dropped messages, refusals
-    inside: dict[int, tuple] = field(default_factory=dict)       # rank -> its own 4 times (timeline)
+    __slots__ = ("step", "epoch", "plan_bytes", "sent", "rtt", "result_bytes", "verdict", "notes", "inside")
+
+    def __init__(self, step: int, epoch: int, plan_bytes: int):
+        self.step = step
+        self.epoch = epoch
+        self.plan_bytes = plan_bytes
+        self.sent: dict[int, float] = {}            # rank -> monotonic send time
+        self.rtt: dict[int, float] = {}             # rank -> seconds
+        self.result_bytes: dict[int, int] = {}      # rank -> bytes
+        self.verdict = ""                           # "joined", or what went wrong
+        self.notes: list[str] = []                  # dropped messages, refusals
+        self.inside: dict[int, tuple] = {}          # rank -> its own 4 times (timeline)
 
 
 MAX_RTT_SAMPLES = 1 << 16    # round trips kept per rank; past them, a uniform sample of them all
 
 
-@dataclass
 class RankTotals:
-    steps: int = 0
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    rtts: list[float] = field(default_factory=list)
-    dropped: int = 0
-    rtt_count: int = 0
+    """What crossed with one rank over the run, and a sample of its round trips."""
+    __slots__ = ("steps", "bytes_sent", "bytes_received", "rtts", "dropped", "rtt_count", "_rng")
+
+    def __init__(self):
+        self.steps = self.bytes_sent = self.bytes_received = self.dropped = self.rtt_count = 0
+        self.rtts: list[float] = []
+        self._rng: random.Random | None = None
 
     def add_rtt(self, rtt: float) -> None:
         """Every round trip while they fit the budget (the percentiles exact); then each new one
@@ -51,8 +52,6 @@ class RankTotals:
         j = self._rng.randrange(self.rtt_count)
         if j < MAX_RTT_SAMPLES:
             self.rtts[j] = rtt
-
-    _rng: random.Random | None = field(default=None, repr=False, compare=False)
 
     def percentile(self, q: float) -> float | None:
         if not self.rtts:

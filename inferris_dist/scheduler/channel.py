@@ -23,7 +23,6 @@ import errno as _errno
 import os
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import zmq
@@ -47,17 +46,21 @@ MAX_MEMBER_FRAMES = 3       # a member's message: header, body, timing (more is 
 HANDSHAKE_MS = 10_000       # a connection that has not finished ZeroMQ's handshake by then is closed
 
 
-@dataclass
 class Member:
     """Who holds a rank: the connection, the epoch it joined in, and how it proved itself."""
-    rank: int
-    epoch: int
-    identity: bytes
-    proof: str              # "run secret" (spawned here) or "key rank-R" (CURVE)
-    pid: int
-    host: str
-    fd: int | None          # the connection's socket, to notice it closing
-    replaceable: bool       # started by someone else: if it goes during admission, wait for another
+    __slots__ = ("rank", "epoch", "identity", "proof", "pid", "host", "fd", "replaceable")
+
+    def __init__(self, rank: int, epoch: int, identity: bytes, proof: str, pid: int, host: str,
+                 fd: int | None, replaceable: bool):
+        self.rank = rank
+        self.epoch = epoch
+        self.identity = identity
+        self.proof = proof            # "run secret" (spawned here) or "key rank-R" (CURVE)
+        self.pid = pid
+        self.host = host
+        self.fd = fd                  # the connection's socket, to notice it closing
+        self.replaceable = replaceable   # started by someone else: if it goes during admission,
+                                         # wait for another
 
 
 def machine_failure(e: OSError | zmq.ZMQError, what: str = "", step: int | None = None) -> MachineFailure:
@@ -83,7 +86,6 @@ class Reply(NamedTuple):
     body: object
 
 
-@dataclass(eq=False)
 class Flight:
     """One message to every rank and the replies it awaits: a step's plan in flight, or an
     audit. A step's flight is made when its plan is sent, held by the engine's step (with the
@@ -91,20 +93,25 @@ class Flight:
     With overlap scheduling a plan goes out while the one before it is awaited: a reply to it
     that comes meanwhile is kept in its own flight, not dropped. Restore sends a flight again,
     in the new epoch (the same plan, a new attempt)."""
-    send: MsgType
-    expect: MsgType
-    step: int
-    plan: object                          # what was sent: an ExecutionPlan, or an audit's body
-    encoded: bytes
-    against: object                       # what the decoder reads a RESULT against (the plan's bytes)
-    record: StepRecord | None             # this attempt's record (None for an audit)
-    epoch: int = 0
-    sent_at: dict = field(default_factory=dict)   # rank -> when it was sent (the record's `sent`)
-    got: dict = field(default_factory=dict)       # rank -> (header, body bytes), as they came
-    failure: RankLost | None = None       # sending it lost a rank: raised when it is collected
-    broken: tuple[int, str] | None = None  # (rank, why): its reply did not decode, read while the
-                                          # step before was awaited: raised when it is gathered
-    logged: bool = False                  # its replies are in the wire log
+    __slots__ = ("send", "expect", "step", "plan", "encoded", "against", "record", "epoch", "sent_at",
+                 "got", "failure", "broken", "logged")
+
+    def __init__(self, send: MsgType, expect: MsgType, step: int, plan: object, encoded: bytes,
+                 against: object, record: StepRecord | None):
+        self.send = send
+        self.expect = expect
+        self.step = step
+        self.plan = plan              # what was sent: an ExecutionPlan, or an audit's body
+        self.encoded = encoded
+        self.against = against        # what the decoder reads a RESULT against (the plan's bytes)
+        self.record = record          # this attempt's record (None for an audit)
+        self.epoch = 0
+        self.sent_at: dict = {}       # rank -> when it was sent (the record's `sent`)
+        self.got: dict = {}           # rank -> (header, body bytes), as they came
+        self.failure: RankLost | None = None   # sending it lost a rank: raised when it is collected
+        self.broken: tuple[int, str] | None = None   # (rank, why): its reply did not decode, read
+                                      # while the step before was awaited: raised when it is gathered
+        self.logged = False           # its replies are in the wire log
 
 
 FIRED_HEAD = bytes([0x96, wire.PROTOCOL_VERSION, int(MsgType.FIRED)])   # how a FIRED's header begins
@@ -112,8 +119,7 @@ MAX_FIRED_KEPT = 1024     # fault texts kept per rank (a run's faults for it, ge
 LINK_DONE = object()      # a message's "meta": handed over by the link, which acted on it already
 
 
-@dataclass(frozen=True)
-class Meta:
+class Meta(NamedTuple):
     """What the transport says of a message from a peer that is not a member yet."""
     user_id: str            # "rank-R" when CURVE proved that rank's key; "" without CURVE
     host: str

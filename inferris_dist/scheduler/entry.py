@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from dataclasses import fields, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -41,12 +40,13 @@ def launch(workload: Workload | dict | str | Path, world_size: int | None = None
     driving them; stop them all on exit. Keyword arguments are LaunchOptions fields;
     `engine_class` (a DistributedEngine subclass) is what drives the group, for a test that
     plants a broken recovery of its own."""
-    unknown = set(kw) - {f.name for f in fields(LaunchOptions)}
+    unknown = set(kw) - set(LaunchOptions._fields)
     if unknown:
         raise TypeError(f"launch() got unknown options: {', '.join(sorted(unknown))}")
-    options = replace(options or LaunchOptions(), **kw)
+    options = (options or LaunchOptions())._replace(**kw)
     if world_size is not None:
-        options = replace(options, world_size=world_size)
+        options = options._replace(world_size=world_size)
+    options = options.read()
     options.check()
     if not isinstance(workload, Workload):
         workload = load_workload(workload)

@@ -3,9 +3,8 @@ command line), checked once, and handed whole to the process group and the engin
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence, TextIO
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence, TextIO
 
 from inferris_dist.engine import WorkloadError
 from inferris_dist.engine.rungs import rung as rung_named
@@ -18,8 +17,7 @@ if TYPE_CHECKING:
     from inferris_dist.launcher import Template
 
 
-@dataclass(frozen=True)
-class LaunchOptions:
+class LaunchOptions(NamedTuple):
     """Everything about a launch but the workload: one set, for the library and the CLI."""
     world_size: int | None = None
     step_timeout: float = 10.0
@@ -52,15 +50,17 @@ class LaunchOptions:
     bind: str = "local"                 # where spawned workers connect: "local" (a private unix
                                         # socket) or tcp://ADDR (port 0 picked)
     exec_cost: ExecCost | str = NO_EXEC_COST   # each rank takes this long to execute a step (a
-                                        # model's time); text as --exec-cost takes it ("1ms") is read
+                                        # model's time); text as --exec-cost takes it ("1ms"): see read
 
-    def __post_init__(self):
-        if isinstance(self.exec_cost, str):
-            try:
-                cost = parse_exec_cost(self.exec_cost)
-            except ValueError as e:
-                raise WorkloadError(f"exec_cost {self.exec_cost!r}: {e}") from None
-            object.__setattr__(self, "exec_cost", cost)
+    def read(self) -> "LaunchOptions":
+        """These options with what was given as text read: `exec_cost` (WorkloadError when it
+        does not parse). `launch` reads them before it checks them."""
+        if not isinstance(self.exec_cost, str):
+            return self
+        try:
+            return self._replace(exec_cost=parse_exec_cost(self.exec_cost))
+        except ValueError as e:
+            raise WorkloadError(f"exec_cost {self.exec_cost!r}: {e}") from None
 
     def check(self) -> None:
         """Refuse, as bad input (WorkloadError), options that cannot work together."""

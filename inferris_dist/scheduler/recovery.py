@@ -21,8 +21,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from inferris_dist.engine import (
     BoundaryViolation,
@@ -43,8 +42,7 @@ MAX_RECOVERIES_KEPT = 256       # recoveries kept between two takes (the restart
 RECOVERABLE = (RankLost, GroupViolation, BoundaryViolation, ShardDivergence)
 
 
-@dataclass(frozen=True)
-class Recovery:
+class Recovery(NamedTuple):
     """One failure survived: what failed, and what was done about it."""
     step: int
     epoch: int             # the epoch that failed
