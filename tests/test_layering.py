@@ -156,10 +156,15 @@ def test_a_fresh_worker_loads_only_what_a_rank_needs():
 
 
 # What `run` (the engine in this process) has no use for: the page, inspect's log reader, the
-# control plane on processes, the wire and its libraries.
+# control plane on processes, the wire and its libraries; and dataclasses, which cost 11 ms to load
+# (inspect most of it) and a millisecond a class.
 NOT_FOR_RUN = ("inferris_dist.observe.page", "inferris_dist.observe.logread", "inferris_dist.observe.schema",
                "inferris_dist.scheduler", "inferris_dist.launcher", "inferris_dist.protocol.wire",
-               "zmq", "msgpack")
+               "zmq", "msgpack", "dataclasses", "inspect")
+# What a launch has no use for: the page, inspect's log reader and the wire log's schema (unless
+# it is served or checked), the testing library, dataclasses.
+NOT_FOR_LAUNCH = ("inferris_dist.observe.page", "inferris_dist.observe.logread",
+                  "inferris_dist.observe.schema", "inferris_dist.testing", "dataclasses", "inspect")
 
 
 def loaded_by_command(argv: list[str]) -> tuple[int, set[str], str]:
@@ -189,6 +194,15 @@ def test_run_loads_only_the_engine_and_its_output(argv):
     assert status == 0 and printed.strip(), printed[-300:]
     assert "inferris_dist.engine.step" in loaded
     assert not unwanted(loaded, NOT_FOR_RUN), f"`{' '.join(argv)}` loads {unwanted(loaded, NOT_FOR_RUN)}"
+
+
+@pytest.mark.parametrize("argv", [["launch", "--json", "--world-size", "2"], ["launch", "--world-size", "2"]])
+def test_launch_loads_only_the_engine_the_control_plane_and_its_output(argv):
+    status, loaded, printed = loaded_by_command(argv)
+    assert status == 0 and printed.strip(), printed[-300:]
+    assert {"inferris_dist.scheduler.group", "zmq"} <= loaded
+    extra = unwanted(loaded, NOT_FOR_LAUNCH)
+    assert not extra, f"`{' '.join(argv)}` loads {extra}"
 
 
 @pytest.mark.parametrize("argv", [["--version"], ["--help"]])
