@@ -180,6 +180,59 @@ def test_a_rank_already_taken_in_this_admission_is_refused(tmp_path):
         channel.close()
 
 
+def test_a_kept_members_announced_garbled_reply_read_while_others_are_admitted_is_dropped(tmp_path):
+    """Rank 1, a member kept through a restore, announced (FIRED) in epoch 0 that it garbles its
+    reply, and that reply is read only while rank 0's replacement is admitted in epoch 1: it is
+    dropped and said, as when it is read while the step is awaited again; not refused (a refused
+    member exits, and the run would lose a rank it kept)."""
+    stream = io.StringIO()
+    channel = RankChannel(WORLD, step_timeout=5.0, recorder=Recorder(WORLD, WireLog(stream)))
+    channel.open("tcp://127.0.0.1:0", None)
+    vetting = Spawned(channel, SECRET, tmp_path, start_timeout=20.0)
+    config = wire.Config(8, 4, {}, [], [])
+    ctx = zmq.Context()
+    peers = {r: ctx.socket(zmq.DEALER) for r in PIDS}
+    notes = lambda: [json.loads(line).get("text", "") for line in stream.getvalue().splitlines()]  # noqa: E731
+
+    def join(rank: int, epoch: int) -> None:
+        peers[rank].send_multipart(hello(rank, secret=SECRET, pid=PIDS[rank]))
+        assert peers[rank].poll(15_000)
+        assert wire.decode_header(peers[rank].recv_multipart()[0]).type is MsgType.CONFIG
+        ready = wire.encode_header(MsgType.READY, epoch, 0, rank, WORLD)
+        peers[rank].send_multipart([ready, msgpack.packb(())])
+
+    try:
+        for s in peers.values():
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(channel.address)
+        vetting.workers = {1: SimpleNamespace(rank=1, pid=PIDS[1])}
+        first = threading.Thread(target=Admission(channel, {1}, vetting, lambda rank: config, -1, 20.0,
+                                                  "did not finish the handshake").run, daemon=True)
+        first.start()
+        join(1, 0)
+        first.join(15)
+        assert not first.is_alive() and sorted(channel.members) == [1]
+        channel.next_epoch()                           # the restore's new epoch
+        vetting.workers = {0: SimpleNamespace(rank=0, pid=PIDS[0])}
+        second = threading.Thread(target=Admission(channel, {0}, vetting, lambda rank: config, 3, 20.0,
+                                                   "did not finish the handshake").run, daemon=True)
+        second.start()
+        peers[1].send_multipart([wire.encode_header(MsgType.FIRED, 0, 3, 1, WORLD),
+                                 wire.encode_body(MsgType.FIRED, ("all:garble@3",))])
+        peers[1].send(b"\xc1 garbled")                 # one frame: what the garble fault sends
+        dropped = "dropped rank 1's garbled reply of epoch 0 (announced then, read only now)"
+        assert wait_until(lambda: any(dropped in n for n in notes()), 15), notes()
+        join(0, 1)
+        second.join(15)
+        assert not second.is_alive() and sorted(channel.members) == [0, 1]
+        assert not peers[1].poll(0), "the kept member was sent something: " + repr(peers[1].recv_multipart())
+        assert not any(n.startswith("refused a peer") for n in notes()), notes()
+    finally:
+        for s in peers.values():
+            s.close(0)
+        ctx.term()
+        channel.close()
+
 # -- hostile peers against a live ProcessGroup, during the handshake and the run -------------------
 # (test_wire.py is the codec; this file, the peers on live sockets)
 

@@ -389,14 +389,12 @@ class RankChannel:
             # (FIRED) in an epoch gone by is a kept member's, read after the restore: dropped. One
             # from a rank that has answered this step answers a plan sent after it (a member
             # answers in order): that step's failure, raised when it is gathered.
+            if self.drop_announced_garble(rank, frames, str(e), step, expect):
+                return
             said = self.garbling.pop(rank, None)
             ahead = self._ahead_of(flight, rank) if said is None or said == self.epoch else None
             answers = ahead.step if ahead is not None else step
             self.recorder.broken(rank, self.epoch, answers, expect, sum(map(len, frames[1:])), str(e))
-            if said is not None and said < self.epoch:
-                self.note(rank, f"dropped rank {rank}'s garbled reply of epoch {said} (announced "
-                                f"then, read only now)")
-                return
             if ahead is not None:
                 ahead.broken = ahead.broken or (rank, str(e))
                 return
@@ -559,6 +557,21 @@ class RankChannel:
                 self._dead.add(rank)
                 self._poller.unregister(fd)
         return sorted(r for r in self._dead if r in self.members or r in self.sentinels), messages
+
+    def drop_announced_garble(self, rank: int, frames: list[bytes], why: str, step: int,
+                              expect: MsgType) -> bool:
+        """Whether `rank`'s message, which does not decode (`why`), is the garbled reply its
+        member announced (FIRED) in an epoch gone by: a kept member's, read only after the
+        restore began (while its step is awaited again, or while the ranks replaced are
+        admitted). Then it is dropped and said; else nothing is done."""
+        said = self.garbling.get(rank)
+        if said is None or said >= self.epoch:
+            return False
+        del self.garbling[rank]
+        self.recorder.broken(rank, self.epoch, step, expect, sum(map(len, frames[1:])), why)
+        self.note(rank, f"dropped rank {rank}'s garbled reply of epoch {said} (announced then, read only "
+                        f"now)")
+        return True
 
     def _fired(self, frames: list[bytes]) -> bool:
         """A FIRED from a member (or one retired since: a worker says it just before a fault

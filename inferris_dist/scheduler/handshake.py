@@ -100,6 +100,9 @@ class Admission:
                 raise wire.WireError(f"a HELLO of {len(frames[2])} bytes")
             body = wire.decode_body(header.type, frames[2])
         except wire.WireError as e:
+            if rank is not None and not known and channel.drop_announced_garble(
+                    rank, frames, str(e), max(self.step, 0), MsgType.RESULT):   # a kept member's reply
+                return
             return self.refuse(ident, meta, f"malformed message during the handshake: {e}")
         if header.type is MsgType.HELLO:
             self.hello(ident, header, body, meta or Meta("", "", None), len(frames[2]))
