@@ -233,6 +233,48 @@ def test_a_kept_members_announced_garbled_reply_read_while_others_are_admitted_i
         ctx.term()
         channel.close()
 
+def test_a_retired_members_reply_the_link_held_and_hands_over_during_admission_is_told_to_exit(tmp_path):
+    """A link fault held rank 1's RESULT (result-delay); its member was lost and retired, and the
+    receipt comes due while the replacement is admitted: handed over as the link's (no transport
+    facts with it), it is a former member's message, told to exit, not a crash of the scheduler
+    (found by `inferris-dist chaos`: 0:result-delay@0:0.025 all:crash-after-reply@0 at overlap)."""
+    from inferris_dist.scheduler.channel import LINK_DONE
+    channel = RankChannel(WORLD, step_timeout=5.0)
+    channel.open("tcp://127.0.0.1:0", None)
+    vetting = Spawned(channel, SECRET, tmp_path, start_timeout=20.0)
+    vetting.workers = {1: SimpleNamespace(rank=1, pid=PIDS[1])}
+    config = wire.Config(8, 4, {}, [], [])
+    ctx = zmq.Context()
+    peer = ctx.socket(zmq.DEALER)
+    try:
+        peer.setsockopt(zmq.LINGER, 0)
+        peer.connect(channel.address)
+        peer.send_multipart(hello(1, secret=SECRET, pid=PIDS[1]))
+        admitted = threading.Thread(target=Admission(channel, {1}, vetting, lambda rank: config, -1, 20.0,
+                                                     "did not finish the handshake").run, daemon=True)
+        admitted.start()
+        assert peer.poll(15_000)
+        assert wire.decode_header(peer.recv_multipart()[0]).type is MsgType.CONFIG
+        peer.send_multipart([wire.encode_header(MsgType.READY, 0, 0, 1, WORLD), msgpack.packb(())])
+        admitted.join(15)
+        assert not admitted.is_alive() and sorted(channel.members) == [1]
+        identity = channel.members[1].identity
+        channel.retire(1, "lost")
+        channel.next_epoch()
+        held = [identity, wire.encode_header(MsgType.RESULT, 0, 0, 1, WORLD),
+                wire.encode_body(MsgType.RESULT, ())]
+        Admission(channel, {1}, vetting, lambda rank: config, 0, 20.0, "did not finish the handshake"
+                  ).take(held, LINK_DONE)
+        assert peer.poll(15_000)
+        frames = peer.recv_multipart()
+        assert wire.decode_header(frames[0]).type is MsgType.REFUSED
+        said = wire.decode_body(MsgType.REFUSED, frames[1])
+        assert "rank 1 of epoch 0 was lost; the run is in epoch 1: exit" in said, said
+    finally:
+        peer.close(0)
+        ctx.term()
+        channel.close()
+
 # -- hostile peers against a live ProcessGroup, during the handshake and the run -------------------
 # (test_wire.py is the codec; this file, the peers on live sockets)
 

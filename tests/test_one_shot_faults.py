@@ -47,12 +47,29 @@ def test_a_one_shot_crash_fires_once_behind_garbled_replies(tmp_path, rung):
 
 def test_a_kept_member_does_not_fire_a_one_shot_again_when_its_step_is_sent_again(tmp_path):
     """Every rank garbles step 3; the first garbled reply read blames one rank, the others are
-    kept and sent step 3 again in the new epoch: one restart, not one per rank."""
+    kept and sent step 3 again in the new epoch: one restart, not one per rank; and the history
+    the wire log tells holds (a kept member's garbled reply is a stale one, dropped)."""
     log = tmp_path / "wire.jsonl"
     run = testing.run_on_processes(DEMO, ["all:garble@3"], "restore", step_timeout=2.0, max_restarts=1,
                                    wire_log=str(log))
     testing.assert_holds(testing.reference(DEMO), run)
     assert len(run.recoveries) == 1, [r.message for r in run.recoveries]
+    report = testing.check_history(log, DEMO)
+    assert report.ok, report.lines()
+
+
+def test_garbled_replies_at_the_first_step_leave_a_history_that_holds(tmp_path):
+    """Both ranks garble step 0: one is blamed, the other kept, and the kept one's garbled reply
+    is read while the step is awaited again or while the lost rank's replacement is admitted
+    (found by `inferris-dist chaos`: a wire log that said it answered a plan of the new epoch
+    not yet sent). Either way the log holds."""
+    for i in range(RUNS):
+        log = tmp_path / f"wire{i}.jsonl"
+        run = testing.run_on_processes(DEMO, ["all:garble@0"], "restore", world_size=2, step_timeout=2.0,
+                                       wire_log=str(log))
+        testing.assert_holds(testing.reference(DEMO), run)
+        report = testing.check_history(log, DEMO)
+        assert report.ok, (i, report.lines())
 
 
 @pytest.mark.parametrize("rung", ["full", "overlap"])

@@ -188,10 +188,13 @@ class Recorder:
                              for_log(kind, body), **more)
         self.note(rank, epoch, note)
 
-    def broken(self, rank: int, epoch: int, step: int, kind: MsgType, num_bytes: int, why: str) -> None:
-        """A member's message that does not decode where a `kind` was awaited: its size, and why."""
+    def broken(self, rank: int, epoch: int, step: int, kind: MsgType, num_bytes: int, why: str,
+               dropped: str | None = None) -> None:
+        """A member's message that does not decode where a `kind` was awaited: its size, and why;
+        `dropped` (why it is not joined) when it is dropped, not blamed."""
         if self.log is not None:
-            self.log.message("in", rank, epoch, step, kind.name, num_bytes, {"undecodable": why})
+            more = {} if dropped is None else {"dropped": dropped}
+            self.log.message("in", rank, epoch, step, kind.name, num_bytes, {"undecodable": why}, **more)
 
     def note(self, rank: int | None, epoch: int, text: str) -> None:
         """Something worth saying (a drop, a refusal): with the attempt gathered last, and logged."""

@@ -563,12 +563,13 @@ class RankChannel:
         """Whether `rank`'s message, which does not decode (`why`), is the garbled reply its
         member announced (FIRED) in an epoch gone by: a kept member's, read only after the
         restore began (while its step is awaited again, or while the ranks replaced are
-        admitted). Then it is dropped and said; else nothing is done."""
+        admitted). Then it is dropped and said, logged as a stale reply of the epoch it was
+        announced in (it names none itself); else nothing is done."""
         said = self.garbling.get(rank)
         if said is None or said >= self.epoch:
             return False
         del self.garbling[rank]
-        self.recorder.broken(rank, self.epoch, step, expect, sum(map(len, frames[1:])), why)
+        self.recorder.broken(rank, said, step, expect, sum(map(len, frames[1:])), why, dropped="stale")
         self.note(rank, f"dropped rank {rank}'s garbled reply of epoch {said} (announced then, read only "
                         f"now)")
         return True

@@ -21,7 +21,7 @@ from typing import Callable, Collection, Protocol
 from inferris_dist.engine import RankLost
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.wire import MsgType
-from inferris_dist.scheduler.channel import Member, Meta, RankChannel
+from inferris_dist.scheduler.channel import LINK_DONE, Member, Meta, RankChannel
 
 
 class Vetting(Protocol):
@@ -78,6 +78,8 @@ class Admission:
 
     def take(self, frames: list[bytes], meta: Meta | None) -> None:
         channel = self.channel
+        if meta is LINK_DONE:       # a receipt the link held and hands over now: no transport facts
+            meta = None
         ident = frames[0]
         rank = channel.rank_of.get(ident)
         known = rank in self.configured
