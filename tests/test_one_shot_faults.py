@@ -97,3 +97,22 @@ def test_a_fault_its_member_never_reached_fires_on_the_replacement(tmp_path):
     fired, _ = fired_and_killed(log)
     assert fired == ["1:crash@1", "1:garble@2"], fired
     assert [r.step for r in run.recoveries] == [1, 2]
+
+
+def test_a_garbled_reply_announced_for_the_plan_sent_ahead_answers_that_plan(tmp_path):
+    """At overlap the link loses rank 0's plan of step 0 while its plan of step 1, sent ahead,
+    reaches it, and it garbles its reply to that one (saying FIRED for step 1 first). The garbled
+    reply answers step 1: step 0 is still owed, and its loss is the plan the link lost, a rank
+    that gave no answer to step 0, not a protocol break at step 0; the wire log says it answered
+    step 1, whose plan it had (found by `inferris-dist chaos`)."""
+    log = tmp_path / "wire.jsonl"
+    run = testing.run_on_processes(DEMO, ["0:plan-lost@0", "0:garble@1"], "abort", world_size=1,
+                                   rung="overlap", step_timeout=0.5, wire_log=str(log))
+    err = run.error
+    assert err is not None and (err.rank, err.step, err.reason) == (0, 0, "timeout"), err
+    assert err.message == "rank 0 gave no answer to step 0 within 0.5 s"
+    garbled = [json.loads(line) for line in log.read_text().splitlines()
+               if "undecodable" in str(json.loads(line).get("body"))]
+    assert [(m["step"], m["epoch"]) for m in garbled] == [(1, 0)], garbled
+    report = testing.check_history(log, DEMO)
+    assert report.ok, report.lines()

@@ -151,7 +151,8 @@ class RankChannel:
         self._dead: set[int] = set()                      # ranks whose process or connection ended
         self.in_flight: dict[int, Flight] = {}   # step -> its plan's flight, sent, replies not read yet
         self.fired: dict[int, set[str]] = {}     # rank -> its one-shot faults a member said fired
-        self.garbling: dict[int, int] = {}        # rank -> the epoch its member said it garbles a reply in
+        self.garbling: dict[int, tuple[int, int]] = {}   # rank -> (epoch, step) of the plan whose reply its
+                                                  # member said it garbles
         self._poller = zmq.Poller()
 
     # -- the socket --------------------------------------------------------------------
@@ -387,12 +388,16 @@ class RankChannel:
         except wire.WireError as e:
             # An undecodable message says neither its epoch nor its step. One its member announced
             # (FIRED) in an epoch gone by is a kept member's, read after the restore: dropped. One
-            # from a rank that has answered this step answers a plan sent after it (a member
-            # answers in order): that step's failure, raised when it is gathered.
-            if self.drop_announced_garble(rank, frames, str(e), step, expect):
+            # announced for a plan sent after this one (overlap), or from a rank that has answered
+            # this step (a member answers in order), answers that later plan: its step's failure,
+            # raised when it is gathered.
+            if self.drop_announced_garble(rank, frames, str(e), expect):
                 return
             said = self.garbling.pop(rank, None)
-            ahead = self._ahead_of(flight, rank) if said is None or said == self.epoch else None
+            if said is not None and said[1] != step and said[1] in self.in_flight:
+                ahead = self.in_flight[said[1]]
+            else:
+                ahead = self._ahead_of(flight, rank)
             answers = ahead.step if ahead is not None else step
             self.recorder.broken(rank, self.epoch, answers, expect, sum(map(len, frames[1:])), str(e))
             if ahead is not None:
@@ -558,19 +563,19 @@ class RankChannel:
                 self._poller.unregister(fd)
         return sorted(r for r in self._dead if r in self.members or r in self.sentinels), messages
 
-    def drop_announced_garble(self, rank: int, frames: list[bytes], why: str, step: int,
-                              expect: MsgType) -> bool:
+    def drop_announced_garble(self, rank: int, frames: list[bytes], why: str, expect: MsgType) -> bool:
         """Whether `rank`'s message, which does not decode (`why`), is the garbled reply its
         member announced (FIRED) in an epoch gone by: a kept member's, read only after the
         restore began (while its step is awaited again, or while the ranks replaced are
         admitted). Then it is dropped and said, logged as a stale reply of the epoch it was
         announced in (it names none itself); else nothing is done."""
         said = self.garbling.get(rank)
-        if said is None or said >= self.epoch:
+        if said is None or said[0] >= self.epoch:
             return False
         del self.garbling[rank]
-        self.recorder.broken(rank, said, step, expect, sum(map(len, frames[1:])), why, dropped="stale")
-        self.note(rank, f"dropped rank {rank}'s garbled reply of epoch {said} (announced then, read only "
+        epoch, answers = said
+        self.recorder.broken(rank, epoch, answers, expect, sum(map(len, frames[1:])), why, dropped="stale")
+        self.note(rank, f"dropped rank {rank}'s garbled reply of epoch {epoch} (announced then, read only "
                         f"now)")
         return True
 
@@ -597,7 +602,7 @@ class RankChannel:
         if len(spent) < MAX_FIRED_KEPT:
             spent.update(texts)
         if any(_kind_of(text) == "garble" for text in texts):
-            self.garbling[rank] = header.epoch       # its next message will not decode
+            self.garbling[rank] = (header.epoch, header.step)   # its reply to that plan will not decode
         self.recorder.totals[rank].bytes_received += len(frames[1]) + len(frames[2])
         self.recorder.received(rank, header.epoch, header.step, MsgType.FIRED, len(frames[2]), list(texts))
         return True

@@ -103,7 +103,7 @@ class Admission:
             body = wire.decode_body(header.type, frames[2])
         except wire.WireError as e:
             if rank is not None and not known and channel.drop_announced_garble(
-                    rank, frames, str(e), max(self.step, 0), MsgType.RESULT):   # a kept member's reply
+                    rank, frames, str(e), MsgType.RESULT):        # a kept member's reply to a plan
                 return
             return self.refuse(ident, meta, f"malformed message during the handshake: {e}")
         if header.type is MsgType.HELLO:
