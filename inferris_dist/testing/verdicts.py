@@ -51,6 +51,7 @@ class Reference:
     step that would cross the boundary (an idle step does not), by step."""
     lines: list[dict]
     counters: list[tuple[int, dict]] = field(default_factory=list)
+    rung: str = "full"
 
     @property
     def steps(self) -> int:
@@ -69,7 +70,7 @@ def reference_of(workload: Workload, rung: str = "full") -> Reference:
             counters.append((trace.step, step_counters(self, trace)))
             return trace
 
-    return Reference(trace_dicts(Counting(workload, rung=rung)), counters)
+    return Reference(trace_dicts(Counting(workload, rung=rung)), counters, rung)
 
 
 def fired_faults(faults: Sequence[str], run: Run, world_size: int | None = None) -> list[Fault]:
@@ -92,7 +93,9 @@ def judge_promise(reference: Reference, run: Run, faults: Sequence[str], policy:
       restarts run out (then judged as abort, below).
     - abort: with no failure, the same trace; with one, the steps before it exactly, and an
       error of a kind a fault makes that blames a rank some fault fired on at or before that
-      step (a fault on `all`: any rank; an error that blames nobody: any fault before it)."""
+      step (a fault on `all`: any rank; an error that blames nobody: any fault before it). At
+      `overlap` a partition at step K acts from K-1: its cut begins with K's plan, which goes
+      out while K-1 is awaited (docs/faults.md)."""
     fired = fired_faults(faults, run)
     error = run.error
     if error is None:
@@ -126,7 +129,8 @@ def _judge_failure(reference: Reference, run: Run, fired: list[Fault], steps_bef
     step = err.get("step")
     if step is None:
         return Break("failure-kind", f"{policy} ended in {words}, before any step")
-    before = [f for f in fired if f.step <= step]
+    early = 1 if reference.rung == "overlap" else 0
+    before = [f for f in fired if f.step - (early if f.kind == "partition" else 0) <= step]
     if not before:
         return Break("blame", f"{policy} ended in {words}, before any fault fired")
     rank, ranks = err.get("rank"), err.get("ranks") or ([err["rank"]] if err.get("rank") is not None else [])
