@@ -87,7 +87,8 @@ class RankExecutor:
         """`where` over columns: (starts, num_pages, pages) as the items really run. `verdict`
         and `shifted` are inlined (the rank's hot path at overlap; the columnar tests hold
         them to `where` on every golden step and on generated plans): an item's pages are
-        sliced out of `pages` once, where it really runs."""
+        sliced out of `pages` once, where it really runs. For columns the wire has checked:
+        no negative prior_drafts, every num_tokens at least 1."""
         get, page_size = self.accept_scripts.get, self.shard.page_size
         starts, kept_counts, kept = list(starts), [], []
         count_kept, keep = kept_counts.append, kept.extend

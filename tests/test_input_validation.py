@@ -342,6 +342,17 @@ def test_a_library_exec_cost_may_be_given_as_the_flag_takes_it():
     with inferris_dist.launch(str(DEMO), world_size=2, exec_cost="1ms") as engine:
         assert sum(1 for _ in engine.run()) == 6
 
+
+def test_a_process_group_reads_an_exec_cost_given_as_text_too():
+    import inferris_dist
+    from inferris_dist.protocol.limits import parse_exec_cost
+    from inferris_dist.scheduler.group import ProcessGroup
+    from inferris_dist.scheduler.recovery import DistributedEngine
+    workload = load_workload(DEMO).with_config(world_size=1)
+    with ProcessGroup(workload, inferris_dist.LaunchOptions(world_size=1, exec_cost="1ms")) as group:
+        assert group.options.exec_cost == parse_exec_cost("1ms")
+        assert sum(1 for _ in DistributedEngine(workload, group).run()) == 6
+
 # -- 6. terminal control in names ----------------------------------------------------------------
 
 @pytest.mark.parametrize("command", ["run", "launch"])

@@ -116,3 +116,39 @@ def test_a_garbled_reply_announced_for_the_plan_sent_ahead_answers_that_plan(tmp
     assert [(m["step"], m["epoch"]) for m in garbled] == [(1, 0)], garbled
     report = testing.check_history(log, DEMO)
     assert report.ok, report.lines()
+
+
+def test_a_garbled_reply_answers_the_oldest_plan_its_member_announced_a_garble_for(tmp_path):
+    """At overlap rank 0 garbles its replies to steps 3 and 4 and says FIRED for both (the reply
+    to 3 delayed, so both FIREDs can come before it): its first garbled reply answers step 3,
+    the step awaited, a protocol break there; not step 4, which it never answered (it crashed)."""
+    for i in range(3):
+        log = tmp_path / f"wire{i}.jsonl"
+        run = testing.run_on_processes(DEMO, ["0:delay@3:0.2", "0:garble@3", "0:garble@4", "0:crash@4"],
+                                       "abort", world_size=1, rung="overlap", step_timeout=2.0,
+                                       wire_log=str(log))
+        err = run.error
+        assert err is not None and (err.rank, err.step, err.reason) == (0, 3, "protocol"), (i, err)
+        garbled = [json.loads(line)["step"] for line in log.read_text().splitlines()
+                   if "undecodable" in str(json.loads(line).get("body"))]
+        assert garbled == [3], (i, garbled)
+
+
+def test_a_kept_member_owing_two_garbled_replies_drops_both_after_the_restore(tmp_path):
+    """Rank 0 dies at step 3; rank 1, kept, owes garbled replies to steps 3 and 4 (the plan sent
+    ahead), read after the restore began: both are dropped as stale, each with its own step, and
+    the run holds with one restart. (Rank 1 takes longer than the wait for a dead rank's last
+    words, LAST_WORDS_S: read during it, its reply would be a fault of its own at step 3.)"""
+    for i in range(2):
+        log = tmp_path / f"wire{i}.jsonl"
+        run = testing.run_on_processes(DEMO, ["0:crash@3", "1:delay@3:1.3", "1:garble@3", "1:garble@4"],
+                                       "restore", world_size=2, rung="overlap", step_timeout=3.0,
+                                       max_restarts=1, wire_log=str(log))
+        testing.assert_holds(testing.reference(DEMO, rung="overlap"), run)
+        assert [r.rank for r in run.recoveries] == [0], [r.message for r in run.recoveries]
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        stale = [(r["epoch"], r["step"]) for r in records if r.get("dropped") and r.get("rank") == 1
+                 and "undecodable" in str(r.get("body"))]
+        assert stale == [(0, 3), (0, 4)], (i, stale)
+        report = testing.check_history(log, DEMO)
+        assert report.ok, report.lines()

@@ -26,6 +26,15 @@ class StepRecord:
         self.notes: list[str] = []                  # dropped messages, refusals
         self.inside: dict[int, tuple] = {}          # rank -> its own 4 times (timeline)
 
+    def __repr__(self) -> str:
+        return _repr(self)
+
+
+def _repr(obj) -> str:
+    """`Class(field=value, ...)` of a plain class with slots (its private ones left out)."""
+    shown = ", ".join(f"{k}={getattr(obj, k)!r}" for k in obj.__slots__ if not k.startswith("_"))
+    return f"{type(obj).__name__}({shown})"
+
 
 MAX_RTT_SAMPLES = 1 << 16    # round trips kept per rank; past them, a uniform sample of them all
 
@@ -38,6 +47,9 @@ class RankTotals:
         self.steps = self.bytes_sent = self.bytes_received = self.dropped = self.rtt_count = 0
         self.rtts: list[float] = []
         self._rng: random.Random | None = None
+
+    def __repr__(self) -> str:
+        return _repr(self)
 
     def add_rtt(self, rtt: float) -> None:
         """Every round trip while they fit the budget (the percentiles exact); then each new one

@@ -22,7 +22,7 @@ from __future__ import annotations
 import errno as _errno
 import os
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import zmq
@@ -116,6 +116,7 @@ class Flight:
 
 FIRED_HEAD = bytes([0x96, wire.PROTOCOL_VERSION, int(MsgType.FIRED)])   # how a FIRED's header begins
 MAX_FIRED_KEPT = 1024     # fault texts kept per rank (a run's faults for it, generously)
+MAX_GARBLES_OWED = 64     # garbled replies a member announced and the channel has not read yet
 LINK_DONE = object()      # a message's "meta": handed over by the link, which acted on it already
 
 
@@ -151,8 +152,8 @@ class RankChannel:
         self._dead: set[int] = set()                      # ranks whose process or connection ended
         self.in_flight: dict[int, Flight] = {}   # step -> its plan's flight, sent, replies not read yet
         self.fired: dict[int, set[str]] = {}     # rank -> its one-shot faults a member said fired
-        self.garbling: dict[int, tuple[int, int]] = {}   # rank -> (epoch, step) of the plan whose reply its
-                                                  # member said it garbles
+        self.garbling: dict[int, deque] = {}      # rank -> (epoch, step) of each plan whose reply its
+                                                  # member said it garbles, not read yet, oldest first
         self._poller = zmq.Poller()
 
     # -- the socket --------------------------------------------------------------------
@@ -393,7 +394,7 @@ class RankChannel:
             # raised when it is gathered.
             if self.drop_announced_garble(rank, frames, str(e), expect):
                 return
-            said = self.garbling.pop(rank, None)
+            said = self._owed_garble(rank)
             if said is not None and said[1] != step and said[1] in self.in_flight:
                 ahead = self.in_flight[said[1]]
             else:
@@ -450,7 +451,7 @@ class RankChannel:
             except wire.WireError:
                 header = None
             if header is None:
-                self.garbling.pop(rank, None)     # the garbled reply it announced, if any: read
+                self._owed_garble(rank)           # the garbled reply it announced, if any: read
             if header is not None and header.rank == rank:
                 self.drop(rank, header, "(after the step failed)", body=frames[2])
 
@@ -563,17 +564,22 @@ class RankChannel:
                 self._poller.unregister(fd)
         return sorted(r for r in self._dead if r in self.members or r in self.sentinels), messages
 
+    def _owed_garble(self, rank: int) -> tuple[int, int] | None:
+        """The oldest garbled reply `rank`'s member announced and the channel has not read: (epoch,
+        step), taken; a member answers its plans in order, so the next that does not decode is it."""
+        owed = self.garbling.get(rank)
+        return owed.popleft() if owed else None
+
     def drop_announced_garble(self, rank: int, frames: list[bytes], why: str, expect: MsgType) -> bool:
         """Whether `rank`'s message, which does not decode (`why`), is the garbled reply its
         member announced (FIRED) in an epoch gone by: a kept member's, read only after the
         restore began (while its step is awaited again, or while the ranks replaced are
         admitted). Then it is dropped and said, logged as a stale reply of the epoch it was
         announced in (it names none itself); else nothing is done."""
-        said = self.garbling.get(rank)
-        if said is None or said[0] >= self.epoch:
+        owed = self.garbling.get(rank)
+        if not owed or owed[0][0] >= self.epoch:
             return False
-        del self.garbling[rank]
-        epoch, answers = said
+        epoch, answers = self._owed_garble(rank)
         self.recorder.broken(rank, epoch, answers, expect, sum(map(len, frames[1:])), why, dropped="stale")
         self.note(rank, f"dropped rank {rank}'s garbled reply of epoch {epoch} (announced then, read only "
                         f"now)")
@@ -602,7 +608,8 @@ class RankChannel:
         if len(spent) < MAX_FIRED_KEPT:
             spent.update(texts)
         if any(_kind_of(text) == "garble" for text in texts):
-            self.garbling[rank] = (header.epoch, header.step)   # its reply to that plan will not decode
+            self.garbling.setdefault(rank, deque(maxlen=MAX_GARBLES_OWED)).append(
+                (header.epoch, header.step))    # its reply to that plan will not decode
         self.recorder.totals[rank].bytes_received += len(frames[1]) + len(frames[2])
         self.recorder.received(rank, header.epoch, header.step, MsgType.FIRED, len(frames[2]), list(texts))
         return True

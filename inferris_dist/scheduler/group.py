@@ -61,7 +61,7 @@ class ProcessGroup:
         """The group for `workload` as `options` say (world size, timeouts, faults, where the
         members come from); `recorder`: told everything that crosses and happens (default:
         one that keeps the step records and totals, and feeds `options.timeline`)."""
-        options = options or LaunchOptions()
+        options = (options or LaunchOptions()).read()
         cfg = workload.config
         self.options = options
         self.world_size = options.world_size or cfg.world_size
