@@ -156,6 +156,16 @@ def test_shards_merge_into_the_unsharded_table(tmp_path):
 # -- a break, shrunk, reproduced ---------------------------------------------------------------------
 
 @pytest.mark.procs
+@pytest.mark.parametrize("args,noted", [
+    (("--max-faults", "4"), True), (("--max-faults", "4", "--max-restarts", "4"), False),
+    (("--max-faults", "4", "--policy", "abort"), False), ((), False)])
+def test_more_faults_a_schedule_than_restarts_is_said_before_it_runs(tmp_path, args, noted):
+    done = chaos("--runs", "1", "--seed", "1", "--no-shrink", *args, cwd=tmp_path)
+    assert done.returncode in (0, 1), done.stderr
+    said = "runs out of restarts, a break by the budget" in done.stderr
+    assert said == noted, done.stderr
+
+
 def test_no_restarts_breaks_restore_and_shrinks_to_one_fault_with_a_reproducer_that_reproduces(tmp_path):
     done = chaos("--policy", "restore", "--max-restarts", 0, "--runs", 3, "--seed", 3, "--reruns", 3,
                  "--json", cwd=tmp_path)

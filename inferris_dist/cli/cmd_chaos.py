@@ -154,6 +154,11 @@ def run_chaos(args) -> int:
     config = ChaosConfig(workloads, seed, tuple(args.rung), tuple(args.policy), args.world_size,
                          parse_kind_weights(args.kinds), args.max_faults, args.step_timeout,
                          args.max_restarts, args.random_workloads)
+    if args.max_faults > args.max_restarts and any(p != "abort" for p in args.policy):
+        sys.stderr.write(f"inferris-dist: note: up to {args.max_faults} faults a schedule and "
+                         f"--max-restarts {args.max_restarts}: under restore or recompute a schedule "
+                         f"whose every fault needs a recovery runs out of restarts, a break by the "
+                         f"budget\n")
     runs = DEFAULT_RUNS if args.runs is None and args.time is None else args.runs
     out = sys.stdout
     if not args.json:
