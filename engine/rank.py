@@ -99,10 +99,10 @@ class RankExecutor:
             if prior:
                 script, j = get(rid), index - 1
                 a = script[j] if script is not None and j < len(script) else prior
-                rejected = prior - a if 0 <= a <= prior else 0 if a > prior else prior
+                a = a if 0 <= a <= prior else prior if a > prior else 0     # clamped, as `accepted`
                 start = starts[i]
                 first = at - (start - prior) // page_size
-                start -= rejected
+                start -= prior - a                                          # the drafts rejected
                 starts[i] = start
                 own = pages[first + start // page_size:min(end, first + (start + count - 1) // page_size + 1)]
             else:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+from typing import NamedTuple
 
 from inferris_dist.protocol.faults import LINK_KINDS, Fault
 from inferris_dist.protocol.wire import MsgType
@@ -26,20 +27,14 @@ from inferris_dist.protocol.wire import MsgType
 MAX_HELD = 4096          # messages the link holds at once (delayed, reordered); past it, it loses them
 
 
-class Held:
-    """A message the link holds until `due` (a delayed one); held ones go in due order, and
-    in the order they were held (`seq`) when due at once."""
-    __slots__ = ("due", "seq", "rank", "frames", "meta")
-
-    def __init__(self, due: float, seq: int, rank: int, frames: list, meta: object = None):
-        self.due = due
-        self.seq = seq
-        self.rank = rank
-        self.frames = frames          # what goes out (identity first) or what came in
-        self.meta = meta
-
-    def __lt__(self, other: "Held") -> bool:
-        return (self.due, self.seq) < (other.due, other.seq)
+class Held(NamedTuple):
+    """A message the link holds until `due` (a delayed one). Held ones order by due time, then
+    by `seq`, which no two share: the fields after it are never compared."""
+    due: float
+    seq: int
+    rank: int
+    frames: list              # what goes out (identity first) or what came in
+    meta: object = None
 
 
 class Link:
