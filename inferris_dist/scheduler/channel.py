@@ -392,7 +392,7 @@ class RankChannel:
             # announced for a plan sent after this one (overlap), or from a rank that has answered
             # this step (a member answers in order), answers that later plan: its step's failure,
             # raised when it is gathered.
-            if self.drop_announced_garble(rank, frames, str(e), expect):
+            if self.drop_announced_garble(rank, frames, str(e)):
                 return
             said = self._owed_garble(rank)
             if said is not None and said[1] != step and said[1] in self.in_flight:
@@ -570,17 +570,19 @@ class RankChannel:
         owed = self.garbling.get(rank)
         return owed.popleft() if owed else None
 
-    def drop_announced_garble(self, rank: int, frames: list[bytes], why: str, expect: MsgType) -> bool:
+    def drop_announced_garble(self, rank: int, frames: list[bytes], why: str) -> bool:
         """Whether `rank`'s message, which does not decode (`why`), is the garbled reply its
         member announced (FIRED) in an epoch gone by: a kept member's, read only after the
         restore began (while its step is awaited again, or while the ranks replaced are
-        admitted). Then it is dropped and said, logged as a stale reply of the epoch it was
-        announced in (it names none itself); else nothing is done."""
+        admitted). Then it is dropped and said, logged as a stale RESULT (a garble is a reply
+        to a plan) of the epoch and step it was announced for (it names none itself); else
+        nothing is done."""
         owed = self.garbling.get(rank)
         if not owed or owed[0][0] >= self.epoch:
             return False
         epoch, answers = self._owed_garble(rank)
-        self.recorder.broken(rank, epoch, answers, expect, sum(map(len, frames[1:])), why, dropped="stale")
+        self.recorder.broken(rank, epoch, answers, MsgType.RESULT, sum(map(len, frames[1:])), why,
+                             dropped="stale")
         self.note(rank, f"dropped rank {rank}'s garbled reply of epoch {epoch} (announced then, read only "
                         f"now)")
         return True

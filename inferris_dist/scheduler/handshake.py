@@ -102,9 +102,8 @@ class Admission:
                 raise wire.WireError(f"a HELLO of {len(frames[2])} bytes")
             body = wire.decode_body(header.type, frames[2])
         except wire.WireError as e:
-            if rank is not None and not known and channel.drop_announced_garble(
-                    rank, frames, str(e), MsgType.RESULT):        # a kept member's reply to a plan
-                return
+            if rank is not None and not known and channel.drop_announced_garble(rank, frames, str(e)):
+                return                                    # a kept member's reply to a plan
             return self.refuse(ident, meta, f"malformed message during the handshake: {e}")
         if header.type is MsgType.HELLO:
             self.hello(ident, header, body, meta or Meta("", "", None), len(frames[2]))
