@@ -77,6 +77,12 @@ class Fault(NamedTuple):
         return self.text
 
 
+def kind_of(text: str) -> str:
+    """The KIND of a fault as written (`RANK:KIND@STEP[+][:ARG]`), without parsing the rest: how a
+    FIRED's texts and a schedule's faults are told apart by kind."""
+    return text.partition(":")[2].partition("@")[0]
+
+
 def parse_fault(text: str, world_size: int | None = None, source: str = "--fault") -> Fault:
     """One fault spec; `source` says where it came from in errors (the flag, or the workload)."""
     def bad(why: str) -> WorkloadError:
