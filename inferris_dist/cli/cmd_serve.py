@@ -50,7 +50,8 @@ def listening_socket(value: str, flag: str = "--serve") -> socket.socket:
 def announce(sock: socket.socket, what: str, linger: float | None) -> None:
     """Where the server is (stderr: --json stays clean), and a warning when it is reachable
     from elsewhere: nothing authenticates the page or /metrics."""
-    from inferris_dist.observe.live.server import is_loopback, url_of
+    from inferris_dist.observe.live.server import url_of
+    from inferris_dist.protocol.placement import is_loopback_host as is_loopback
     url = url_of(sock)
     after = ("it stops when the run has ended" if not linger else
              f"it stays {linger:g} s after the run ends") if linger is not None else \
@@ -66,10 +67,11 @@ def announce(sock: socket.socket, what: str, linger: float | None) -> None:
 
 def run_serve(args) -> int:
     """`inferris-dist serve WIRELOG` (and, with --fd, the server of a `launch --serve`)."""
-    from inferris_dist.observe.live.server import LiveServer, follow, is_loopback
+    from inferris_dist.observe.live.server import LiveServer, follow
     from inferris_dist.observe.live.state import LiveState
     from inferris_dist.observe.logread import LogFollower
     from inferris_dist.observe.page import build_page, read_log
+    from inferris_dist.protocol.placement import is_loopback_host as is_loopback
     child = args.fd is not None
     if child:
         _die_with(args.parent)

@@ -18,6 +18,7 @@ flags always win). A rank, size or port is the digits 0-9 and nothing else.
 """
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Mapping, NamedTuple
 
@@ -149,3 +150,17 @@ def check_address(address: str, flag: str, can_bind_any: bool = True) -> None:
         raise PlacementError(f"{flag} {address!r}: want tcp://HOST:PORT with a port in {low}..65535")
     if " " in host or host.strip("[]") == "":
         raise PlacementError(f"{flag} {address!r}: {host!r} is not a host name or address")
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether `host` (an IP address, or localhost) is this machine only: 127.0.0.0/8, ::1, and
+    the same addresses written as IPv4 mapped into IPv6 (::ffff:127.0.0.1). A name or an
+    interface may reach the network: not loopback."""
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback

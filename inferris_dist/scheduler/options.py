@@ -2,7 +2,6 @@
 command line), checked once, and handed whole to the process group and the engine."""
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence, TextIO
 
@@ -11,7 +10,7 @@ from inferris_dist.engine.rungs import rung as rung_named
 from inferris_dist.observe.timeline import Timeline
 from inferris_dist.protocol.faults import POLICIES
 from inferris_dist.protocol.limits import MAX_SECONDS, NO_EXEC_COST, ExecCost, parse_exec_cost, valid_seconds
-from inferris_dist.protocol.placement import PlacementError, check_address
+from inferris_dist.protocol.placement import PlacementError, check_address, is_loopback_host
 
 if TYPE_CHECKING:
     from inferris_dist.launcher import Template
@@ -107,10 +106,4 @@ class LaunchOptions(NamedTuple):
 
 
 def is_loopback(address: str) -> bool:
-    host = address[len("tcp://"):].rpartition(":")[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False     # a name or an interface: may reach the network
+    return is_loopback_host(address[len("tcp://"):].rpartition(":")[0].strip("[]"))

@@ -82,10 +82,6 @@ def parse_address(value: str, flag: str = "--serve") -> tuple[str, int]:
     return host, int(port)
 
 
-def is_loopback(host: str) -> bool:
-    return ipaddress.ip_address(host).is_loopback
-
-
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket (OSError: the machine said no, the port is taken)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -1,0 +1,63 @@
+"""Hostile surroundings: what the project does when its inputs, its clients and its address are
+not what a careful user would give it.
+
+1. every loopback form keeps the live server's Host check, IPv4 mapped into IPv6 included, and
+   none of them is warned about as reachable from other machines.
+"""
+from __future__ import annotations
+
+import socket
+import subprocess
+
+import pytest
+
+from inferris_dist.protocol.placement import is_loopback_host
+from inferris_dist.scheduler.options import is_loopback as is_loopback_listen
+
+from tests.helpers.external import CLI, ENV, REPO, Lines
+
+pytestmark = [pytest.mark.timeout(60)]
+
+
+@pytest.mark.parametrize("host, loopback", [
+    ("127.0.0.1", True), ("127.3.2.1", True), ("::1", True), ("localhost", True),
+    ("::ffff:127.0.0.1", True), ("::ffff:127.9.9.9", True),
+    ("0.0.0.0", False), ("::", False), ("::ffff:192.0.2.1", False), ("192.0.2.1", False),
+    ("example.com", False), ("", False)])
+def test_every_loopback_form_is_loopback(host, loopback):
+    assert is_loopback_host(host) is loopback
+    bracketed = f"[{host}]" if ":" in host else host
+    assert is_loopback_listen(f"tcp://{bracketed}:5555") is loopback
+
+
+def _raw(port: int, host_header: bytes) -> bytes:
+    with socket.socket(socket.AF_INET6) as s:
+        s.settimeout(5)
+        s.connect(("::ffff:127.0.0.1", port))
+        s.sendall(b"GET /status HTTP/1.1\r\nHost: " + host_header + b"\r\n\r\n")
+        out = b""
+        while chunk := s.recv(4096):
+            out += chunk
+        return out
+
+
+@pytest.mark.procs
+def test_an_ipv4_mapped_loopback_address_keeps_the_host_check(tmp_path):
+    log = tmp_path / "w.log"
+    done = subprocess.run([*CLI, "launch", "--wire-log", str(log)], cwd=REPO, env=ENV, capture_output=True,
+                          stdin=subprocess.DEVNULL, timeout=60)
+    assert done.returncode == 0, done.stderr
+    serve = subprocess.Popen([*CLI, "serve", str(log), "--address", "[::ffff:127.0.0.1]:0"], cwd=REPO,
+                             env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL)
+    try:
+        err = Lines(serve.stderr)
+        said = err.until(r"serving .* at http://", 20)
+        port = int(said.split(" at http://", 1)[1].split("/", 1)[0].rpartition(":")[2])
+        assert _raw(port, b"evil.example").startswith(b"HTTP/1.1 403")
+        assert _raw(port, b"127.0.0.1").startswith(b"HTTP/1.1 200")
+    finally:
+        serve.terminate()
+        serve.wait(10)
+    rest = serve.stderr.read().decode()
+    assert "reachable from other machines" not in said + rest
