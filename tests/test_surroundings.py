@@ -2,7 +2,8 @@
 not what a careful user would give it.
 
 1. every loopback form keeps the live server's Host check, IPv4 mapped into IPv6 included, and
-   none of them is warned about as reachable from other machines.
+   none of them is warned about as reachable from other machines;
+2. --max-restarts has a cap, as every other budget flag does: past it, one line and exit 2.
 """
 from __future__ import annotations
 
@@ -61,3 +62,12 @@ def test_an_ipv4_mapped_loopback_address_keeps_the_host_check(tmp_path):
         serve.wait(10)
     rest = serve.stderr.read().decode()
     assert "reachable from other machines" not in said + rest
+
+
+@pytest.mark.parametrize("command", [["launch"], ["compare"], ["chaos", "--runs", "1"]])
+def test_max_restarts_has_a_cap(command):
+    done = subprocess.run([*CLI, *command, "--max-restarts", "1000000000000"], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "1000" in lines[0] and "max-restarts" in lines[0], lines

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from inferris_dist.launcher import Template
 
 
+MAX_RESTARTS = 1000     # recoveries one run may spend, at most (a budget like every other flag's)
+
+
 class LaunchOptions(NamedTuple):
     """Everything about a launch but the workload: one set, for the library and the CLI."""
     world_size: int | None = None
@@ -80,6 +83,10 @@ class LaunchOptions(NamedTuple):
             raise WorkloadError("--audit-every must be >= 0")
         if self.max_restarts < 0:
             raise WorkloadError("--max-restarts must be >= 0")
+        if self.max_restarts > MAX_RESTARTS:
+            raise WorkloadError(f"--max-restarts {self.max_restarts}: at most {MAX_RESTARTS} (each restart "
+                                f"starts processes and replays a step: a run that needs more is not "
+                                f"recovering)")
         if self.keys is not None and self.listen is None:
             raise WorkloadError("--keys needs --listen (ranks spawned here use a fresh run secret)")
         if self.listen is not None:

@@ -61,9 +61,10 @@ class ChaosConfig:
             raise WorkloadError(f"unknown policy {bad[0] if bad else ''!r}; one of {', '.join(POLICIES)}")
         if not 1 <= self.max_faults <= 64:
             raise WorkloadError(f"--max-faults must be within 1..64, got {self.max_faults}")
-        if self.max_restarts < 0:
-            raise WorkloadError("--max-restarts must be >= 0")
         from inferris_dist.engine.rungs import rung as rung_named
+        from inferris_dist.scheduler.options import MAX_RESTARTS
+        if not 0 <= self.max_restarts <= MAX_RESTARTS:
+            raise WorkloadError(f"--max-restarts must be within 0..{MAX_RESTARTS}, got {self.max_restarts}")
         for r in self.rungs:
             rung_named(r)
         for n in self.world_sizes or ():
