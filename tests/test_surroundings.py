@@ -3,7 +3,9 @@ not what a careful user would give it.
 
 1. every loopback form keeps the live server's Host check, IPv4 mapped into IPv6 included, and
    none of them is warned about as reachable from other machines;
-2. --max-restarts has a cap, as every other budget flag does: past it, one line and exit 2.
+2. --max-restarts has a cap, as every other budget flag does: past it, one line and exit 2;
+3. a step line is summarised only when it would not fit: COLUMNS, where set, is the width, on a
+   pipe too.
 """
 from __future__ import annotations
 
@@ -70,4 +72,21 @@ def test_max_restarts_has_a_cap(command):
                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "1000" in lines[0] and "max-restarts" in lines[0], lines
+    assert len(lines) == 1 and "100000" in lines[0] and "max-restarts" in lines[0], lines
+
+
+def test_a_step_line_is_summarised_only_when_it_would_not_fit():
+    spec = str(REPO / "tests" / "data" / "golden" / "eos_immediate.spec.json")
+
+    def first_step(columns: str | None) -> str:
+        env = {k: v for k, v in ENV.items() if k != "COLUMNS"}
+        if columns is not None:
+            env["COLUMNS"] = columns
+        done = subprocess.run([*CLI, "run", "--rung", "overlap", "--spec", spec], cwd=REPO, env=env,
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()[1]
+    wide = first_step("200")
+    assert "admit mute one" in wide and "run mute:4 one:2" in wide and len(wide) > 100, wide
+    assert "admit 2  run 2 (6 tok)" in first_step(None)           # a pipe: 100 columns
+    assert first_step("60").startswith("    0  admit 2  run 2 (6 tok)")

@@ -22,7 +22,11 @@ DEFAULT_WIDTH = 100
 
 
 def line_width(stream: TextIO) -> int:
-    """The terminal's width when `stream` is one, else DEFAULT_WIDTH."""
+    """COLUMNS when the user set it (a pipe too), else the terminal's width when `stream` is one,
+    else DEFAULT_WIDTH."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isascii() and columns.isdigit() and 0 < int(columns) < 100_000:
+        return max(40, int(columns))
     try:
         if stream.isatty():
             return max(40, os.get_terminal_size(stream.fileno()).columns)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from inferris_dist.launcher import Template
 
 
-MAX_RESTARTS = 1000     # recoveries one run may spend, at most (a budget like every other flag's)
+MAX_RESTARTS = 100_000     # recoveries one run may spend, at most (a budget like every other flag's)
 
 
 class LaunchOptions(NamedTuple):
