@@ -71,7 +71,7 @@ from inferris_dist.engine.messages import ExecutionPlan, ExecutionResult, ItemOu
 from inferris_dist.engine.workload import ENGINE_KEYS, MAX_WORLD_SIZE, Workload, load_workload, parse_workload
 from inferris_dist.observe.logread import LogReader, Malformed
 from inferris_dist.observe.records import workload_fields
-from inferris_dist.observe.schema import ANY, EVENTS, MESSAGE, Field, kind_of
+from inferris_dist.observe.schema import ANY, EVENTS, ITEM, MESSAGE, OUTCOME, TYPES, Field, kind_of
 from inferris_dist.observe.words import shown
 
 __all__ = ["MAX_VIOLATIONS", "NotTheRunsWorkload", "Report", "Violation", "check_log"]
@@ -1004,12 +1004,8 @@ NEEDED = {"message": ("dir", "rank", "epoch", "step", "type", "body"),
           "step": ("step", "epoch", "trace"), "end": ("status", "error", "steps")}
 
 
-_PYTHON = {"int": (int,), "number": (int, float), "str": (str,), "bool": (bool,), "null": (type(None),),
-           "list": (list,), "object": (dict,)}
-
-
 def _types(kinds) -> frozenset:
-    return frozenset(t for k in kinds for t in _PYTHON[k])
+    return frozenset(t for k in kinds for t in TYPES[k])
 
 
 @functools.lru_cache(maxsize=None)
@@ -1022,7 +1018,8 @@ def _table(spec_id: int, kind: str) -> tuple:
                  for name, f in spec.items())
 
 
-_SPECS = {id(MESSAGE): MESSAGE, **{id(e.fields): e.fields for e in EVENTS.values()}}
+_SPECS = {id(MESSAGE): MESSAGE, id(ITEM): ITEM, id(OUTCOME): OUTCOME,
+          **{id(e.fields): e.fields for e in EVENTS.values()}}
 
 
 def _fields(obj: dict, spec: dict[str, Field], what: str, kind: str) -> None:
@@ -1049,28 +1046,29 @@ def _kind_name(m: dict) -> str:
     return shown(kind)[:32] if isinstance(kind, str) else "wire"
 
 
-ITEM = {"request_id": "str", "start_position": "int", "num_tokens": "int", "draft_len": "int",
-        "decode": "bool", "verdict_index": "int", "placements": "pages"}
-OUTCOME = {"request_id": "str", "start_position": "int", "executed_tokens": "int", "accepted": "int",
-           "writes": "pages"}
+@functools.lru_cache(maxsize=None)
+def _shape(spec_id: int) -> tuple:
+    """A body's schema table (ITEM, OUTCOME) as the checker reads it: (name, types, item types or
+    None, its kind in words) per required field."""
+    return tuple((name, _types(f.kinds), None if f.items is ANY else _types(f.items),
+                  "a list of page numbers" if f.sort == "page" else _kinds_said(f))
+                 for name, f in _SPECS[spec_id].items() if f.required)
 
 
-def _shaped(obj: Any, shape: dict[str, str], what: str) -> dict:
+def _shaped(obj: Any, shape: dict[str, Field], what: str) -> dict:
+    """`obj`, an object holding each required field of `shape` (the schema's ITEM or OUTCOME),
+    of its kind."""
     if type(obj) is not dict:
         raise Malformed(f"{what} must be an object")
-    for key, kind in shape.items():
+    for key, types, items, must in _shape(id(shape)):
         v = obj.get(key, _MISSING)
-        if kind == "pages":
-            if type(v) is not list or not set(map(type, v)) <= _INT:
-                raise Malformed(f"{what}: no {key}" if v is _MISSING
-                                else f"{what}: {key} must be a list of page numbers")
-        elif type(v) is not _PYTHON[kind][0]:
-            raise Malformed(f"{what}: no {key}" if v is _MISSING else f"{what}: {key} must be {kind}")
+        if type(v) not in types or items is not None and not set(map(type, v)) <= items:
+            raise Malformed(f"{what}: no {key}" if v is _MISSING else f"{what}: {key} must be {must}")
     return obj
 
 
 _MISSING = object()
-_INT = frozenset((int,))
+_ITEM_KEYS = tuple(k for k, f in ITEM.items() if f.required)      # prior_drafts: 0 when left out
 
 
 def _plan_body(body: Any) -> dict:
@@ -1083,7 +1081,7 @@ def _plan_body(body: Any) -> dict:
         prior = it.get("prior_drafts", 0)
         if type(prior) is not int or prior < 0:
             raise Malformed(f"PLAN item {i}: prior_drafts must be a whole number >= 0")
-        items.append({**{k: it[k] for k in ITEM}, "prior_drafts": prior})
+        items.append({**{k: it[k] for k in _ITEM_KEYS}, "prior_drafts": prior})
     return {"step": body["step"], "items": items}
 
 
@@ -1098,13 +1096,12 @@ def _result_body(body: Any) -> list | None:
 
 def _as_plan(plan: dict) -> ExecutionPlan:
     """A checked PLAN body as the engine holds a plan (for phase 9)."""
-    return ExecutionPlan(plan["step"], tuple(
-        PlanItem(*(it[k] for k in ITEM if k != "placements"), tuple(it["placements"]), it["prior_drafts"])
-        for it in plan["items"]))
+    return ExecutionPlan(plan["step"], tuple(PlanItem(**{**it, "placements": tuple(it["placements"])})
+                                             for it in plan["items"]))
 
 
 def _as_outcome(out: dict) -> ItemOutcome:
-    return ItemOutcome(*(out[k] for k in OUTCOME if k != "writes"), tuple(out["writes"]))
+    return ItemOutcome(**{**out, "writes": tuple(out["writes"])})
 
 
 # Phase 9's mismatches as the checker says them (the engine's words: boundary.WORDS).
