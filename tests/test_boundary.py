@@ -1,5 +1,6 @@
 """The executor boundary: validate (phase 9) refuses any result that does not fit the plan,
-and a refused result commits nothing."""
+at the first of its mismatches (which name every violation, for the history checker), and a
+refused result commits nothing."""
 import pytest
 
 from inferris_dist import engine
@@ -14,7 +15,7 @@ from inferris_dist.engine import (
     load_workload,
     run_workload,
 )
-from inferris_dist.engine.boundary import build_plan, validate
+from inferris_dist.engine.boundary import build_plan, mismatches, said, validate
 from inferris_dist.engine.request import Request
 from inferris_dist.engine.workload import RequestSpec
 
@@ -85,6 +86,23 @@ def test_a_fitting_result_passes():
 def test_every_mismatch_is_a_boundary_violation(bad):
     with pytest.raises(BoundaryViolation):
         validate(PLAN, bad)
+
+
+def test_mismatches_names_every_violation_and_validate_raises_the_first():
+    bad = result(ItemOutcome("a", 3, 2, 4, PLACE_B), ItemOutcome("c", 0, 2, 0, PLACE_B))
+    found = [(m.field, m.index, m.got, m.want) for m in mismatches(PLAN, bad)]
+    assert found == [("start_position", 0, 3, 2), ("executed_tokens", 0, 2, 4),
+                     ("writes", 0, PLACE_B, PLACE_A), ("accepted", 0, 4, 3),
+                     ("request_id", 1, "c", "b")]             # an outcome for another request: that alone
+    with pytest.raises(BoundaryViolation, match=r"^a: start_position 3, planned 2$"):
+        validate(PLAN, bad)
+    assert [said(m) for m in mismatches(PLAN, bad)][2:] == [
+        f"a: wrote pages [{PLACE_B[0]}], placed on pages [{','.join(map(str, PLACE_A))}]",
+        "a: accepted 4, allowed 0..3", "outcome 1 is for 'c', the plan has 'b'"]
+    short = ExecutionResult(4, GOOD[:1])          # another step, and too few outcomes: nothing pairs up
+    assert [said(m) for m in mismatches(PLAN, short)] == ["result answers step 4, the plan is step 3",
+                                                          "1 outcomes for 2 plan items"]
+    assert list(mismatches(PLAN, result(*GOOD))) == []
 
 
 def test_decode_item_of_one_token_accepts_nothing():

@@ -9,7 +9,9 @@ Real wire logs, recorded once per module by real runs on worker processes:
 2. each tampered log, one change each, is caught, a violation naming the line, the step, the
    epoch and the rank: a committed result's accepted count, a RESULT removed, an epoch
    changed, a step's trace altered, a PLAN removed, a retired member's late reply taken, a
-   dropped reply counted, the end removed;
+   dropped reply counted, the end removed; phase 9 is the engine's own: a result tampered
+   alike on every rank, the checker says each of its mismatches, the engine refuses it at the
+   first, in its own words;
 3. the workload: recorded in the run event (a digest always); --spec of the run's workload is
    used, of another one refused (exit status 2, one line);
 4. bad input is one line and exit status 2; --json is one object of the documented shape;
@@ -29,6 +31,9 @@ import pytest
 from inferris_dist import testing
 from inferris_dist.cli.cmd_check import JSON_HELP
 from inferris_dist.engine import WorkloadError, load_workload
+from inferris_dist.engine.boundary import validate
+from inferris_dist.engine.errors import BoundaryViolation
+from inferris_dist.engine.messages import ExecutionPlan, ExecutionResult, ItemOutcome, PlanItem
 from inferris_dist.observe.check import check_log
 from inferris_dist.observe.records import workload_fields
 
@@ -212,6 +217,35 @@ def test_a_tampered_log_is_caught_naming_the_line_step_epoch_and_rank(logs, tmp_
     assert report.summary().endswith(f"{len(report.violations)} violation"
                                      f"{'s' * (len(report.violations) != 1)} in "
                                      f"{report.summary().split(' in ', 1)[1]}")
+
+
+@pytest.mark.procs
+def test_phase_9_is_the_engines_the_checker_says_every_violation_the_engine_stops_at_the_first(
+        logs, tmp_path):
+    objs = records(logs["clean"])
+    at = next(i for i, o in enumerate(objs) if o.get("type") == "RESULT" and len(o["body"]) >= 2)
+    step = objs[at]["step"]
+    for o in objs:                                # every rank's RESULT alike: the join holds
+        if o.get("type") == "RESULT" and o["step"] == step:
+            o["body"][0]["writes"] = [*o["body"][0]["writes"], 99]
+            o["body"][1]["accepted"] = 99
+    plan = next(o["body"] for o in objs if o.get("type") == "PLAN" and o["step"] == step)
+    first, second = plan["items"][:2]
+    pages = ",".join(map(str, first["placements"]))
+    high = second["num_tokens"] - 1 if second["decode"] else 0
+    line = find(objs, event="step", step=step) + 1
+    report = check_log(write(tmp_path / "phase9.jsonl", objs))
+    said = [v.what for v in report.violations if v.line == line]
+    assert said == [f"{first['request_id']} wrote pages [{pages},99], placed on [{pages}]",
+                    f"{second['request_id']} accepted 99, allowed 0..{high}"], said
+    engine_plan = ExecutionPlan(step, tuple(PlanItem(**{**it, "placements": tuple(it["placements"])})
+                                            for it in plan["items"]))
+    result = next(o["body"] for o in objs if o.get("type") == "RESULT" and o["step"] == step)
+    engine_result = ExecutionResult(step, tuple(ItemOutcome(**{**o, "writes": tuple(o["writes"])})
+                                                for o in result))
+    with pytest.raises(BoundaryViolation) as refused:
+        validate(engine_plan, engine_result)
+    assert str(refused.value) == f"{first['request_id']}: wrote pages [{pages},99], placed on pages [{pages}]"
 
 
 @pytest.mark.procs

@@ -6,14 +6,18 @@
 3. real launches on worker processes (faults restored and recomputed, the overlap rung, an
    audit after every step, a failed join, an idle stretch) write only what the schema says,
    every event of it but those needing outside peers;
-4. the readers know the writer's events: the page draws every one, inspect's fields are the
-   schema's;
+4. the readers know the writer's records from the schema: the page draws every event, its
+   plan and result columns are the schema's; inspect checks each field it reads as the schema
+   says (kinds, elements, choices, sort), narrowed only where it says so; what the history
+   checker needs, the schema requires;
 5. the documentation's table of events lists exactly the schema's events and their fields.
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import math
 import os
 import re
 import subprocess
@@ -22,9 +26,14 @@ from pathlib import Path
 import pytest
 
 from inferris_dist.cli.cmd_inspect import EVENTS as INSPECTED
+from inferris_dist.cli.cmd_inspect import ITEM as INSPECT_ITEM
+from inferris_dist.cli.cmd_inspect import MESSAGE as INSPECT_MESSAGE
+from inferris_dist.cli.cmd_inspect import OUTCOME as INSPECT_OUTCOME
 from inferris_dist.observe import page
+from inferris_dist.observe.check import NEEDED
+from inferris_dist.observe.page.model import PLAN_KEYS, RESULT_KEYS
 from inferris_dist.observe.records import CHECK_ENV, WireLog
-from inferris_dist.observe.schema import EVENTS, MESSAGE, SchemaError, check_record
+from inferris_dist.observe.schema import EVENTS, ITEM, MESSAGE, OUTCOME, SchemaError, check_record, kind_of
 
 from tests.helpers.external import CLI, ENV, GOLDEN, REPO
 
@@ -134,10 +143,56 @@ def test_real_launches_write_only_what_the_schema_says(launched):
 
 # -- 4. the readers know the writer's events --------------------------------------------------
 
-def test_the_page_draws_every_event_and_inspect_reads_the_schemas_fields():
+def test_the_page_draws_every_event_and_its_columns_are_the_schemas():
     assert page.KNOWN_EVENTS == set(EVENTS)
-    for event, fields in INSPECTED.items():
-        assert event in EVENTS and set(fields) <= set(EVENTS[event].fields), event
+    for event in EVENTS:
+        assert callable(getattr(page.Builder, "_ev_" + event.replace("-", "_"), None)), event
+    assert (*PLAN_KEYS, "prior_drafts") == tuple(ITEM) and RESULT_KEYS == tuple(OUTCOME)
+
+
+SORTS = {"rank": lambda v: kind_of(v) == "int" and 0 <= v <= 4095,      # schema.SORTS, in code
+         "count": lambda v: kind_of(v) == "int" and v >= 0, "page": lambda v: kind_of(v) == "int" and v >= 0,
+         "seconds": lambda v: kind_of(v) in ("int", "number") and math.isfinite(v) and v >= 0}
+SAMPLES = [None, True, False, 0, 3, -1, 4095, 4096, 2.5, -0.5, float("inf"), "in", "out", "PLAN", "x", [],
+           [0, 2], [-1], [4096], [True], ["a"], [1.5], {}, {"a": 1}, {"a": -1}, {"a": "b"}, {"a": True}]
+
+
+def schema_allows(f, v) -> bool:
+    """What the schema says of a value of field `f`: of its kinds, its elements of theirs, one of
+    its choices, its numbers (a list's elements, an object's values) of its sort."""
+    def of(kinds, x):
+        k = kind_of(x)
+        return k in kinds or k == "int" and "number" in kinds
+    if not of(f.kinds, v) or f.choices and v not in f.choices:
+        return False
+    if isinstance(v, list) and not all(of(f.items, x) for x in v):
+        return False
+    if v is None or not f.sort:
+        return True
+    return all(map(SORTS[f.sort], v if isinstance(v, list) else v.values() if isinstance(v, dict) else [v]))
+
+
+@pytest.mark.parametrize("table,fields,narrowed", [
+    (INSPECT_MESSAGE, MESSAGE, {"rank": "present", "bytes": "present", "type": "any choice"}),
+    (INSPECT_ITEM, ITEM, {}), (INSPECT_OUTCOME, OUTCOME, {}),
+    *((INSPECTED[event], EVENTS[event].fields, {}) for event in INSPECTED)])
+def test_inspect_checks_each_field_it_reads_as_the_schema_has_it(table, fields, narrowed):
+    for name, (ok, must) in table.items():
+        f = fields[name]
+        assert f.required, name                        # inspect reads only what is always written
+        for v in SAMPLES:
+            want = schema_allows(f, v)
+            if narrowed.get(name) == "present":
+                want = want and v is not None
+            elif narrowed.get(name) == "any choice":
+                want = schema_allows(dataclasses.replace(f, choices=()), v)
+            assert ok(v) == want, (name, v, must)
+
+
+def test_what_the_checker_needs_the_schema_requires():
+    for kind, names in NEEDED.items():
+        fields = MESSAGE if kind == "message" else EVENTS[kind].fields
+        assert all(fields[name].required for name in names), kind
 
 
 # -- 5. the table of events in the documentation -------------------------------------------------

@@ -70,6 +70,7 @@ from typing import Any, Callable, Iterator, TextIO
 from inferris_dist.cli.args import EXIT_OK
 from inferris_dist.cli.render import STEP_WIDTH, Style, human_bytes, shown
 from inferris_dist.engine import WorkloadError
+from inferris_dist.observe import schema
 from inferris_dist.protocol.placement import MAX_WORLD_SIZE
 
 JSON_HELP = __doc__[__doc__.index("--json:"):]      # the shapes, for `inspect --help`
@@ -212,26 +213,51 @@ COUNTS: Check = (lambda v: isinstance(v, dict) and all(map(_is_count, v.values()
                  "an object of counts")
 SECONDS: Check = (lambda v: type(v) in (int, float) and math.isfinite(v) and 0 <= v <= MAX_INT,
                   "a number of seconds >= 0")
-
-MESSAGE = {"dir": ((lambda v: v in ("in", "out")), '"in" or "out"'), "rank": RANK, "epoch": INT,
-           "step": INT, "type": TEXT, "bytes": COUNT}
-ITEM = {"request_id": TEXT, "start_position": INT, "num_tokens": INT, "draft_len": INT, "decode": FLAG,
-        "verdict_index": INT, "placements": PAGES}
-OUTCOME = {"request_id": TEXT, "start_position": INT, "executed_tokens": INT, "accepted": INT,
-           "writes": PAGES}
-EVENTS = {  # the events inspect shows, and the fields it uses of each; the others are skipped
-    "rank-lost": {"rank": _maybe(RANK), "ranks": RANKS, "step": _maybe(INT), "epoch": INT,
-                  "reason": TEXT, "message": TEXT},
-    "step-failed": {"kind": TEXT, "ranks": RANKS, "step": INT, "epoch": INT, "message": TEXT},
-    "audit-failed": {"rank": RANK, "step": INT, "epoch": INT, "message": TEXT},
-    "restart": {"ranks": RANKS, "epoch": INT, "step": INT, "shard_pages": COUNT},
-    "note": {"rank": _maybe(RANK), "epoch": INT, "text": TEXT},
-    "idle": {"first": INT, "last": INT, "text": TEXT},
-    "attempt": {"step": INT, "epoch": INT, "verdict": TEXT},
-    "turned-away": {"messages": COUNTS, "connections": COUNTS},
-    "partition": {"rank": RANK, "step": INT, "epoch": INT, "seconds": SECONDS},
+# A schema field's check, by its kinds and its sort (schema.SORTS): what inspect bounds it by.
+CHECKS: dict[tuple[str, str], Check] = {
+    ("int", ""): INT, ("int", "count"): COUNT, ("int", "rank"): RANK, ("str", ""): TEXT,
+    ("bool", ""): FLAG, ("list", "page"): PAGES, ("list", "rank"): RANKS, ("object", "count"): COUNTS,
+    ("number", "seconds"): SECONDS,
 }
-LINK = ("lost", "delayed", "duplicated", "reordered")     # what a link fault did to a message
+
+
+def _check(f: schema.Field, present: bool = False, any_choice: bool = False) -> Check:
+    """What inspect requires of a value of schema field `f`: of its kind, within its sort, one
+    of its choices (unless `any_choice`: inspect takes a newer writer's too), null where the
+    schema allows it (unless `present`: inspect needs the value)."""
+    if f.choices and not any_choice:
+        choices = f.choices
+        return (lambda v: v in choices), " or ".join(json.dumps(c) for c in choices)
+    kind = next(iter(f.kinds - {"null"}))
+    check = CHECKS[(kind, f.sort)]
+    return _maybe(check) if "null" in f.kinds and not present else check
+
+
+def _reads(fields: dict[str, schema.Field], names: str, present: tuple = (), any_choice: tuple = ()
+           ) -> dict[str, Check]:
+    """The checks of the schema's `fields` that inspect reads (`names`, in that order)."""
+    return {name: _check(fields[name], name in present, name in any_choice) for name in names.split()}
+
+
+# What inspect reads of each record, checked as the schema has it. A message it shows is of a
+# rank, of a size; its type may be a newer writer's.
+MESSAGE = _reads(schema.MESSAGE, "dir rank epoch step type bytes", present=("rank", "bytes"),
+                 any_choice=("type",))
+ITEM = _reads(schema.ITEM, "request_id start_position num_tokens draft_len decode verdict_index placements")
+OUTCOME = _reads(schema.OUTCOME, " ".join(schema.OUTCOME))
+EVENTS = {  # the events inspect shows, and the fields it uses of each; the others are skipped
+    event: _reads(schema.EVENTS[event].fields, names) for event, names in {
+        "rank-lost": "rank ranks step epoch reason message",
+        "step-failed": "kind ranks step epoch message",
+        "audit-failed": "rank step epoch message",
+        "restart": "ranks epoch step shard_pages",
+        "note": "rank epoch text",
+        "idle": "first last text",
+        "attempt": "step epoch verdict",
+        "turned-away": "messages connections",
+        "partition": "rank step epoch seconds",
+    }.items()}
+LINK = schema.LINK     # what a link fault did to a message
 NOT_CAME = ("lost", "delayed")      # a RESULT so marked never reached the scheduler (then, at least)
 
 

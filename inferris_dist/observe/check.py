@@ -15,7 +15,8 @@ rank where known) and what was checked. The checks:
   a rank a member holds (a `member` event since the rank's last retirement); each member is
   configured with the run's page geometry and, with the workload known, its accept scripts.
 - The step follows from its plan and its joined result, where that is exact (SPEC §3.6 to
-  §3.13, §7): the result validates against the plan as phase 9 does (outcome per item, start,
+  §3.13, §7): the result validates against the plan by the engine's own phase 9
+  (`engine.boundary.mismatches`, every mismatch said: outcome per item, start,
   tokens executed, pages written, accepted within the drafts; at rung overlap an item planned
   after d drafts started exactly as many positions earlier as the ranks rejected of them the
   step before); `executed` (and `discarded`) are the plan's items and token counts; `drafted`
@@ -65,11 +66,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from inferris_dist.engine import WorkloadError
-from inferris_dist.engine.messages import shifted
+from inferris_dist.engine.boundary import mismatches, said
+from inferris_dist.engine.messages import ExecutionPlan, ExecutionResult, ItemOutcome, PlanItem
 from inferris_dist.engine.workload import ENGINE_KEYS, MAX_WORLD_SIZE, Workload, load_workload, parse_workload
 from inferris_dist.observe.logread import LogReader, Malformed
 from inferris_dist.observe.records import workload_fields
-from inferris_dist.observe.schema import ANY, EVENTS, MESSAGE, Field, kind_of
+from inferris_dist.observe.schema import ANY, EVENTS, ITEM, MESSAGE, OUTCOME, TYPES, Field, kind_of
 from inferris_dist.observe.words import shown
 
 __all__ = ["MAX_VIOLATIONS", "NotTheRunsWorkload", "Report", "Violation", "check_log"]
@@ -689,43 +691,19 @@ class _Checker:
     # -- the step from its plan and its result ------------------------------------------------
 
     def _follows(self, plan: dict, outcomes: list, trace: dict, line: int, step: int, epoch: int) -> bool:
-        """Phase 9's checks of the joined result against the plan, then the trace against both."""
+        """Phase 9 (the engine's own `mismatches`, every one said) of the joined result against
+        the plan, then the trace against both."""
         def say(what: str) -> None:
             self.bad(line, what, step, epoch)
 
         items = plan["items"]
         decodes = dict(self.last_decodes) if self.last_decodes_step == step - 1 else {}
         self.last_decodes, self.last_decodes_step = {}, step
-        if len(outcomes) != len(items):
-            say(f"the joined result has {len(outcomes)} outcomes for the plan's {len(items)} items")
-            return False
         valid = True
-        for i, (item, out) in enumerate(zip(items, outcomes)):
-            rid = item["request_id"]
-            if out["request_id"] != rid:
-                say(f"outcome {i} is for {_id(out['request_id'])}, the plan's item {i} for {_id(rid)}")
-                valid = False
-                continue
-            n, prior = item["num_tokens"], item["prior_drafts"]
-            start, pages = item["start_position"], item["placements"]
-            if prior:
-                rejected = decodes.get(rid, 0)
-                start, pages = shifted(start, n, prior, tuple(pages), rejected, self.page_size)
-                pages = list(pages)
-            if out["start_position"] != start:
-                say(f"{_id(rid)} started at {out['start_position']}, the plan{' (shifted)' if prior else ''} "
-                    f"says {start}")
-                valid = False
-            if out["executed_tokens"] != n:
-                say(f"{_id(rid)} executed {out['executed_tokens']} tokens, the plan says {n}")
-                valid = False
-            if out["writes"] != pages:
-                say(f"{_id(rid)} wrote pages {_short(out['writes'])}, placed on {_short(pages)}")
-                valid = False
-            high = n - 1 if item["decode"] else 0
-            if not 0 <= out["accepted"] <= high:
-                say(f"{_id(rid)} accepted {out['accepted']}, allowed 0..{high}")
-                valid = False
+        for m in mismatches(_as_plan(plan), ExecutionResult(plan["step"], tuple(map(_as_outcome, outcomes))),
+                            decodes, self.page_size):
+            say(said(m, WORDS, _id))
+            valid = False
         if not valid:
             return False
         self._trace_follows(items, outcomes, trace, say)
@@ -1026,12 +1004,8 @@ NEEDED = {"message": ("dir", "rank", "epoch", "step", "type", "body"),
           "step": ("step", "epoch", "trace"), "end": ("status", "error", "steps")}
 
 
-_PYTHON = {"int": (int,), "number": (int, float), "str": (str,), "bool": (bool,), "null": (type(None),),
-           "list": (list,), "object": (dict,)}
-
-
 def _types(kinds) -> frozenset:
-    return frozenset(t for k in kinds for t in _PYTHON[k])
+    return frozenset(t for k in kinds for t in TYPES[k])
 
 
 @functools.lru_cache(maxsize=None)
@@ -1044,7 +1018,8 @@ def _table(spec_id: int, kind: str) -> tuple:
                  for name, f in spec.items())
 
 
-_SPECS = {id(MESSAGE): MESSAGE, **{id(e.fields): e.fields for e in EVENTS.values()}}
+_SPECS = {id(MESSAGE): MESSAGE, id(ITEM): ITEM, id(OUTCOME): OUTCOME,
+          **{id(e.fields): e.fields for e in EVENTS.values()}}
 
 
 def _fields(obj: dict, spec: dict[str, Field], what: str, kind: str) -> None:
@@ -1071,28 +1046,29 @@ def _kind_name(m: dict) -> str:
     return shown(kind)[:32] if isinstance(kind, str) else "wire"
 
 
-ITEM = {"request_id": "str", "start_position": "int", "num_tokens": "int", "draft_len": "int",
-        "decode": "bool", "verdict_index": "int", "placements": "pages"}
-OUTCOME = {"request_id": "str", "start_position": "int", "executed_tokens": "int", "accepted": "int",
-           "writes": "pages"}
+@functools.lru_cache(maxsize=None)
+def _shape(spec_id: int) -> tuple:
+    """A body's schema table (ITEM, OUTCOME) as the checker reads it: (name, types, item types or
+    None, its kind in words) per required field."""
+    return tuple((name, _types(f.kinds), None if f.items is ANY else _types(f.items),
+                  "a list of page numbers" if f.sort == "page" else _kinds_said(f))
+                 for name, f in _SPECS[spec_id].items() if f.required)
 
 
-def _shaped(obj: Any, shape: dict[str, str], what: str) -> dict:
+def _shaped(obj: Any, shape: dict[str, Field], what: str) -> dict:
+    """`obj`, an object holding each required field of `shape` (the schema's ITEM or OUTCOME),
+    of its kind."""
     if type(obj) is not dict:
         raise Malformed(f"{what} must be an object")
-    for key, kind in shape.items():
+    for key, types, items, must in _shape(id(shape)):
         v = obj.get(key, _MISSING)
-        if kind == "pages":
-            if type(v) is not list or not set(map(type, v)) <= _INT:
-                raise Malformed(f"{what}: no {key}" if v is _MISSING
-                                else f"{what}: {key} must be a list of page numbers")
-        elif type(v) is not _PYTHON[kind][0]:
-            raise Malformed(f"{what}: no {key}" if v is _MISSING else f"{what}: {key} must be {kind}")
+        if type(v) not in types or items is not None and not set(map(type, v)) <= items:
+            raise Malformed(f"{what}: no {key}" if v is _MISSING else f"{what}: {key} must be {must}")
     return obj
 
 
 _MISSING = object()
-_INT = frozenset((int,))
+_ITEM_KEYS = tuple(k for k, f in ITEM.items() if f.required)      # prior_drafts: 0 when left out
 
 
 def _plan_body(body: Any) -> dict:
@@ -1105,7 +1081,7 @@ def _plan_body(body: Any) -> dict:
         prior = it.get("prior_drafts", 0)
         if type(prior) is not int or prior < 0:
             raise Malformed(f"PLAN item {i}: prior_drafts must be a whole number >= 0")
-        items.append({**{k: it[k] for k in ITEM}, "prior_drafts": prior})
+        items.append({**{k: it[k] for k in _ITEM_KEYS}, "prior_drafts": prior})
     return {"step": body["step"], "items": items}
 
 
@@ -1116,6 +1092,28 @@ def _result_body(body: Any) -> list | None:
     if not isinstance(body, list):
         raise Malformed('RESULT message: body must be a list of outcomes or {"undecodable": TEXT}')
     return [{k: _shaped(o, OUTCOME, f"RESULT outcome {i}")[k] for k in OUTCOME} for i, o in enumerate(body)]
+
+
+def _as_plan(plan: dict) -> ExecutionPlan:
+    """A checked PLAN body as the engine holds a plan (for phase 9)."""
+    return ExecutionPlan(plan["step"], tuple(PlanItem(**{**it, "placements": tuple(it["placements"])})
+                                             for it in plan["items"]))
+
+
+def _as_outcome(out: dict) -> ItemOutcome:
+    return ItemOutcome(**{**out, "writes": tuple(out["writes"])})
+
+
+# Phase 9's mismatches as the checker says them (the engine's words: boundary.WORDS).
+WORDS = {
+    "step": "the joined result answers step {got}, the plan is step {want}",
+    "outcomes": "the joined result has {got} outcomes for the plan's {want} items",
+    "request_id": "outcome {index} is for {got}, the plan's item {index} for {want}",
+    "start_position": "{rid} started at {got}, the plan{shifted} says {want}",
+    "executed_tokens": "{rid} executed {got} tokens, the plan says {want}",
+    "writes": "{rid} wrote pages {got}, placed on {want}",
+    "accepted": "{rid} accepted {got}, allowed 0..{want}",
+}
 
 
 TRACE_SHAPES = {  # a trace's fields (SPEC §4, §7) as the checker reads them
@@ -1179,10 +1177,6 @@ def _id(rid: Any) -> str:
 def _json(v: Any) -> str:
     text = shown(json.dumps(v))
     return text if len(text) <= 120 else text[:117] + "..."
-
-
-def _short(pages: list) -> str:
-    return "[" + ",".join(map(str, pages[:8])) + (",..." if len(pages) > 8 else "") + "]"
 
 
 def _ranks(ranks) -> str:

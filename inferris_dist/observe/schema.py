@@ -17,7 +17,16 @@ today's writer writes.
 A field's kinds are JSON's, named: "int" (a whole number, never a bool), "number" (an int
 or a float), "str", "bool", "null", "list", "object", or ANY. A required field is in every
 record of its kind; an optional one may be left out (the writer leaves it out, it never
-writes null for "not known" unless "null" is among the kinds).
+writes null for "not known" unless "null" is among the kinds). A field's sort says more of
+what its numbers are, where a reader bounds them (SORTS): a rank, a count, a page, seconds;
+a list's or an object's sort is its elements'.
+
+The bodies of the two messages a reader takes apart are here too: a PLAN's body is {"step":
+int, "items": [ITEM, ...]}, a RESULT's a list of OUTCOME (or {"undecodable": why}).
+
+The readers derive what they read from these tables (each chooses which records and fields
+it reads and how tolerant it is): `inspect`'s checks, the history checker's, the page's
+columns. `TYPES` gives each kind's Python types, as json.loads makes them.
 """
 from __future__ import annotations
 
@@ -28,6 +37,12 @@ from inferris_dist.protocol.wire import MsgType
 
 KINDS = frozenset({"int", "number", "str", "bool", "null", "list", "object"})
 ANY = KINDS
+# The Python types of each kind as json.loads gives them (a bool is no int, as the schema has it).
+TYPES = {"int": (int,), "number": (int, float), "str": (str,), "bool": (bool,), "null": (type(None),),
+         "list": (list,), "object": (dict,)}
+# A number's sort, beyond its kind: what a reader may bound it by.
+SORTS = {"rank": "a rank of the run (0 .. the largest world size - 1)", "count": "a whole number >= 0",
+         "page": "a page number (>= 0)", "seconds": "a duration, a finite number >= 0"}
 
 
 class SchemaError(ValueError):
@@ -42,6 +57,7 @@ class Field:
     meaning: str
     choices: tuple = ()            # when not empty: the only values it takes
     items: frozenset[str] = ANY        # a list's elements: their kinds
+    sort: str = ""                 # what its numbers are (SORTS; a list's or an object's: its values')
 
 
 def _kinds(kinds: str | frozenset) -> frozenset[str]:
@@ -50,16 +66,19 @@ def _kinds(kinds: str | frozenset) -> frozenset[str]:
     return kinds
 
 
-def _field(kinds, meaning: str, required: bool, choices: tuple, items) -> Field:
-    return Field(_kinds(kinds), required, meaning, choices, _kinds(items))
+def _field(kinds, meaning: str, required: bool, choices: tuple, items, sort: str) -> Field:
+    assert sort in SORTS or not sort, sort
+    return Field(_kinds(kinds), required, meaning, choices, _kinds(items), sort)
 
 
-def req(kinds: str | frozenset, meaning: str, choices: tuple = (), items: str | frozenset = ANY) -> Field:
-    return _field(kinds, meaning, True, choices, items)
+def req(kinds: str | frozenset, meaning: str, choices: tuple = (), items: str | frozenset = ANY,
+        sort: str = "") -> Field:
+    return _field(kinds, meaning, True, choices, items, sort)
 
 
-def opt(kinds: str | frozenset, meaning: str, choices: tuple = (), items: str | frozenset = ANY) -> Field:
-    return _field(kinds, meaning, False, choices, items)
+def opt(kinds: str | frozenset, meaning: str, choices: tuple = (), items: str | frozenset = ANY,
+        sort: str = "") -> Field:
+    return _field(kinds, meaning, False, choices, items, sort)
 
 
 TIME = req("number", "the scheduler's monotonic clock, seconds (an event's start where it has a dur)")
@@ -71,11 +90,11 @@ PHASES = ("prepare", "execute", "commit", "recover")
 MESSAGE: dict[str, Field] = {
     "t": req("number", "when it crossed (a reply: when it came)"),
     "dir": req("str", "out: scheduler to rank; in: rank to scheduler", ("in", "out")),
-    "rank": req("int|null", "the rank it went to or came from"),
+    "rank": req("int|null", "the rank it went to or came from", sort="rank"),
     "epoch": req("int", "the epoch it was sent in (a dropped reply: the epoch it names)"),
     "step": req("int", "the step it belongs to"),
     "type": req("str", "the message type", MESSAGE_TYPES),
-    "bytes": req("int|null", "the body's size on the wire"),
+    "bytes": req("int|null", "the body's size on the wire", sort="count"),
     "body": req(ANY, 'the decoded body as JSON ({"undecodable": why} for one that did not decode)'),
     "sent": opt("number", "a reply: when its request went to that rank"),
     "rtt": opt("number", "a reply: seconds from sent to its coming back"),
@@ -85,6 +104,27 @@ MESSAGE: dict[str, Field] = {
     "link": opt("str", "what a link fault did to it: lost (never delivered), delayed (delivered "
                        "late), duplicated (delivered twice: this record is one copy), reordered "
                        "(delivered after the next message to its rank)", LINK),
+}
+
+# A PLAN body's item (engine.messages.PlanItem, placements as page ids) and a RESULT's outcome
+# (ItemOutcome).
+ITEM: dict[str, Field] = {
+    "request_id": req("str", "the request it runs"),
+    "start_position": req("int", "its first position"),
+    "num_tokens": req("int", "positions it runs"),
+    "draft_len": req("int", "its drafts"),
+    "decode": req("bool", "a decode item (its verdict is asked for)"),
+    "verdict_index": req("int", "which verdict of its request's accept script"),
+    "placements": req("list", "the pages holding its positions", items="int", sort="page"),
+    "prior_drafts": opt("int", "overlap: the drafts assumed accepted of its request's item in flight "
+                               "(left out: 0)", sort="count"),
+}
+OUTCOME: dict[str, Field] = {
+    "request_id": req("str", "the request it ran"),
+    "start_position": req("int", "where it started"),
+    "executed_tokens": req("int", "positions it ran"),
+    "accepted": req("int", "drafts accepted (the verdict)"),
+    "writes": req("list", "the pages it wrote", items="int", sort="page"),
 }
 
 
@@ -142,7 +182,7 @@ EVENTS: dict[str, Event] = {
         "epoch": req("int", "the epoch"),
     }),
     "audit-failed": Event("a shard audit a rank failed", {
-        "rank": req("int", "the rank whose shard diverged"),
+        "rank": req("int", "the rank whose shard diverged", sort="rank"),
         "step": req("int", "the step after which it ran"),
         "epoch": req("int", "the epoch"),
         "page": req("int", "the first page that diverges"),
@@ -150,8 +190,8 @@ EVENTS: dict[str, Event] = {
         "message": req("str", "what the pool holds and the shard holds"),
     }),
     "rank-lost": Event("a loss, when it is seen", {
-        "rank": req("int|null", "the rank blamed; null: every rank alike"),
-        "ranks": req("list", "every rank lost with it", items="int"),
+        "rank": req("int|null", "the rank blamed; null: every rank alike", sort="rank"),
+        "ranks": req("list", "every rank lost with it", items="int", sort="rank"),
         "step": req("int|null", "the step; null: during start-up or a replacement"),
         "epoch": req("int", "the epoch"),
         "reason": req("str", "died, hung, protocol, unreachable, ..."),
@@ -159,7 +199,7 @@ EVENTS: dict[str, Event] = {
     }),
     "step-failed": Event("the join refused the results (a GroupViolation, a BoundaryViolation)", {
         "kind": req("str", "the error's kind"),
-        "ranks": req("list", "the ranks it names", items="int"),
+        "ranks": req("list", "the ranks it names", items="int", sort="rank"),
         "step": req("int", "the step"),
         "epoch": req("int", "the epoch"),
         "message": req("str", "the error in words"),
@@ -168,10 +208,10 @@ EVENTS: dict[str, Event] = {
                              "reported it ({\"ranks\": [...], \"value\": ...})", items="object"),
     }),
     "restart": Event("a recovery begins", {
-        "ranks": req("list", "the ranks replaced", items="int"),
+        "ranks": req("list", "the ranks replaced", items="int", sort="rank"),
         "epoch": req("int", "the new epoch"),
         "step": req("int", "the step it repeats or plans again"),
-        "shard_pages": req("int", "pages in the shard the new members start from"),
+        "shard_pages": req("int", "pages in the shard the new members start from", sort="count"),
         "policy": req("str", "restore or recompute"),
     }),
     "rejoin-wait": Event("--listen: the wait for replacements; t is its start", {
@@ -180,7 +220,7 @@ EVENTS: dict[str, Event] = {
         "joined": req("bool", "they all joined"),
     }),
     "note": Event("a dropped reply, a refused peer", {
-        "rank": req("int|null", "the rank it is about, if any"),
+        "rank": req("int|null", "the rank it is about, if any", sort="rank"),
         "epoch": req("int", "the epoch"),
         "text": req("str", "the note"),
     }),
@@ -190,16 +230,17 @@ EVENTS: dict[str, Event] = {
         "text": req("str", "why no plan crossed"),
     }),
     "turned-away": Event("at the end, the counts behind the notes", {
-        "messages": req("object", "messages from peers holding no rank, by peer"),
-        "connections": req("object", "connections refused, by why"),
+        "messages": req("object", "messages from peers holding no rank, by peer", sort="count"),
+        "connections": req("object", "connections refused, by why", sort="count"),
         "member_replies_dropped": req("object", "members' replies dropped past the noted ones, by rank"),
         "shed": req("int", "connections holding no rank closed to keep descriptors for the members"),
     }),
     "partition": Event("a link fault cuts a rank off: everything to and from it is lost for a while", {
-        "rank": req("int", "the rank cut off"),
+        "rank": req("int", "the rank cut off", sort="rank"),
         "step": req("int", "the step whose plan the cut began with"),
         "epoch": req("int", "the epoch"),
-        "seconds": req("number", "how long the link loses everything, both ways, before it heals"),
+        "seconds": req("number", "how long the link loses everything, both ways, before it heals",
+                    sort="seconds"),
     }),
     "end": Event("last, once every worker is stopped", {
         "status": req("str", "how the run ended", ("ok", "failed")),

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from inferris_dist.engine import StepTrace
+from inferris_dist.observe import schema
 from inferris_dist.observe.logread import Malformed
 from inferris_dist.observe.words import PLAIN, shown, step_events
 
@@ -47,13 +48,14 @@ MAX_KEYS = 64
 MAX_DEPTH = 6
 TIME_LIMIT = 1e9            # seconds from the start: a time beyond it is not one
 
-PHASES = ("prepare", "execute", "commit", "recover")
+PHASES = schema.PHASES        # a phase's index in it is what the page's data holds
 COUNTERS = ("requests_running", "requests_waiting", "requests_preempted", "pages_used", "pages_free",
             "pages_cached", "prefix_hit_tokens", "drafted_tokens", "accepted_tokens", "batch_tokens",
             "batch_requests")
-PLAN_KEYS = ("request_id", "start_position", "num_tokens", "draft_len", "decode", "verdict_index",
-             "placements")
-RESULT_KEYS = ("request_id", "start_position", "executed_tokens", "accepted", "writes")
+# A plan item's and an outcome's columns on the page: the schema's fields (a plan item's that
+# every plan has; prior_drafts, where there, goes with the other keys, in a last object).
+PLAN_KEYS = tuple(k for k, f in schema.ITEM.items() if f.required)
+RESULT_KEYS = tuple(schema.OUTCOME)
 MARKS = ("lost", "restart", "step-failed", "audit", "audit-failed", "note", "turned-away",
          "rejoin-wait", "refused", "replaced", "end", "link", "partition")
 # Each kind of mark has its own budget within MAX_MARKS, so that a flood of one kind (a link
@@ -62,11 +64,10 @@ MARK_BUDGET = {"lost": 4000, "restart": 4000, "step-failed": 2000, "audit": 4000
                "note": 4000, "turned-away": 64, "rejoin-wait": 1000, "refused": 1000, "replaced": 4000,
                "end": 8, "link": 4000, "partition": 1000}
 assert set(MARK_BUDGET) == set(MARKS)
-LINK = ("lost", "delayed", "duplicated", "reordered")    # what a link fault did to a message
+LINK = schema.LINK       # what a link fault did to a message
 # The events the page draws, each by its Builder._ev_* method: every event of the wire log's
-# schema (tests/test_wire_schema.py holds them equal); any other is counted and ignored.
-KNOWN_EVENTS = {"run", "member", "phase", "attempt", "step", "audit", "audit-failed", "rejoin-wait",
-                "restart", "rank-lost", "step-failed", "note", "turned-away", "idle", "end", "partition"}
+# schema (tests/test_wire_schema.py holds each to its method); any other is counted and ignored.
+KNOWN_EVENTS = frozenset(schema.EVENTS)
 WAITING, RUNNING, PREEMPTED, CHANGING = 0, 1, 2, 3   # CHANGING: a stretch in which the state changed
 LINK_NOTE = "the link "     # the notes the link writes (a message's or a cut's mark says each)
 
