@@ -80,7 +80,7 @@ def test_broken_worker_is_caught(worker, case, tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     line = line_of(done.stdout, case)
     assert " FAIL " in line
-    assert f"again: inferris-dist conform --worker " in done.stdout and f"--case {case}" in done.stdout
+    assert "again: inferris-dist conform --worker " in done.stdout and f"--case {case}" in done.stdout
     assert (tmp_path / case / "wire.jsonl").exists()
 
 
@@ -90,7 +90,8 @@ def test_worker_that_never_connects(tmp_path):
     pids.mkdir()
     started = time.monotonic()
     done = conform("--worker", broken("never_connects"), "--start-timeout", "1", "--case", "handshake.*",
-                   "--case", "plan.replay", "--case", "golden.demo.w1", env={**ENV, "CONFORM_PIDS": str(pids)})
+                   "--case", "plan.replay", "--case", "golden.demo.w1",
+                   env={**ENV, "CONFORM_PIDS": str(pids)})
     assert done.returncode == 1
     assert time.monotonic() - started < 20
     assert line_of(done.stdout, "handshake.hello").count("never connected within --start-timeout 1 s") == 1

@@ -12,7 +12,8 @@ class Twice(Worker):
             if header.type is MsgType.PLAN:
                 self.answer(body)
             elif header.type is MsgType.AUDIT:
-                self.send(MsgType.SHARD, header.step, wire.encode_body(MsgType.SHARD, self.executor.shard.snapshot()))
+                snapshot = self.executor.shard.snapshot()
+                self.send(MsgType.SHARD, header.step, wire.encode_body(MsgType.SHARD, snapshot))
             elif header.type is MsgType.STOP:
                 return
 
