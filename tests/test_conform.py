@@ -60,7 +60,7 @@ def test_our_worker_conforms(tmp_path):
     assert len(cases) >= 40
     ran = [c for c in cases if c.find("skipped") is None]
     assert ran and all(c.find("failure") is None for c in ran)
-    assert {"handshake.hello §6.1", "plan.duplicate §7.4", "stop.exit §10"} <= {c.get("name") for c in cases}
+    assert {"handshake.hello §6.1", "plan.duplicate §8.2", "stop.exit §9.2"} <= {c.get("name") for c in cases}
     print(f"default conform run: {time.monotonic() - started:.1f} s")
 
 
