@@ -12,7 +12,9 @@ from importlib import import_module
 _WHERE = {"WORKER_MODULE": "process", "Template": "process", "WorkerProcess": "process",
           "fork_workers": "process", "spawn_workers": "process", "stop_workers": "process",
           "worker_args": "process", "make_run_dir": "rundir", "remove_run_dir": "rundir",
-          "sweep_stale": "rundir"}
+          "sweep_stale": "rundir",
+          "CommandError": "command", "CommandProcess": "command", "command_argv": "command",
+          "command_words": "command", "spawn_command": "command"}
 
 __all__ = sorted(_WHERE)
 

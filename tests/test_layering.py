@@ -39,8 +39,9 @@ PARTS = {   # a part -> the parts it may import (besides itself, the stdlib and 
     "observe": {"protocol", "engine"},
     "scheduler": {"protocol", "observe", "engine", "launcher"},
     "testing": {"engine", "scheduler", "observe", "protocol", "launcher"},
+    "conform": {"engine", "scheduler", "observe", "protocol", "launcher", "testing"},
     "cli": {"protocol", "rank", "observe", "scheduler", "engine", "launcher", "notes", "testing",
-            "top"},                                              # top: the package's __version__
+            "conform", "top"},                                              # top: the package's __version__
     "top": {"scheduler", "protocol", "engine", "testing"},   # __init__.py: lazy names for the library
 }
 

@@ -11,6 +11,7 @@ import math
 import os
 import signal
 import sys
+from importlib import import_module
 
 from inferris_dist.cli.args import (
     EXIT_FAILED,
@@ -596,6 +597,9 @@ COMMANDS = {
               "policy's promise, a break shrunk to a reproducer", build_chaos, cmd_chaos),
     "worker": ("a rank worker, for a scheduler started with `launch --listen` (`inferris-dist worker "
                "--help` for its flags)", build_worker, None),
+    "conform": ("try a rank worker, ours or any command's, against the wire's promises",
+                lambda p: import_module("inferris_dist.cli.cmd_conform").add_arguments(p),
+                lambda args: import_module("inferris_dist.cli.cmd_conform").main(args)),
     "keys": ("write CURVE keys for a run across hosts: the scheduler's and one per rank", build_keys,
              cmd_keys),
 }

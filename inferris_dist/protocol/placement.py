@@ -133,9 +133,10 @@ def place(rank: int | None, world_size: int | None, connect: str | None,
         address = f"tcp://{host}:{port}"
         said.append("address from MASTER_ADDR/MASTER_PORT")
     else:
-        raise PlacementError("no scheduler address: pass --connect tcp://HOST:PORT, or set "
+        raise PlacementError("no scheduler address: pass --connect tcp://HOST:PORT (or ipc://PATH), or set "
                              "MASTER_ADDR and MASTER_PORT")
-    check_address(address, "--connect", can_bind_any=False)
+    if not (address.startswith("ipc://") and len(address) > len("ipc://")):   # a local scheduler's socket
+        check_address(address, "--connect", can_bind_any=False)
     return Placement(rank, world_size, address, ", ".join(said))
 
 

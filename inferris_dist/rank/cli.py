@@ -1,20 +1,31 @@
 """The rank worker's command line: `inferris-dist worker` / `python -m inferris_dist.rank`.
 
-Two ways to start one: spawned by `inferris-dist launch` on this host (`--parent-pid`: the run
-secret on stdin), or by anyone else (a cluster's launcher) for a `launch --listen` scheduler:
-rank, world size and address from flags or the launcher's environment (placement), CURVE keys
-from `--keys DIR`. The argument types are the ones the scheduler's command line uses.
+Three ways to start one: forked or spawned by `inferris-dist launch` on this host
+(`--parent-pid`: the run secret on stdin); by a scheduler as a worker command (`--connect`,
+`--rank`, `--world-size`, the run secret on stdin: the form any worker in any language is started
+in); or by anyone else (a cluster's launcher) for a `launch --listen` scheduler: rank, world size
+and address from flags or the launcher's environment (placement), CURVE keys from `--keys DIR`.
+The argument types are the ones the scheduler's command line uses.
+
+The run secret is read from stdin when stdin is not a terminal and no `--keys` is given: one
+line of hex, waited for at most SECRET_WAIT_S; an empty stdin (EOF, /dev/null) or nothing within
+that time means no secret (a `--listen` scheduler without keys), a line that is not hex is bad
+input.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import select
 import signal
 import sys
 
 from inferris_dist.protocol.limits import int_arg, seconds_arg
 from inferris_dist.protocol.placement import PlacementError, digits_arg, place
 from inferris_dist.rank.worker import EXIT_USAGE, Worker, die_with_parent, fail
+
+SECRET_WAIT_S = 2.0     # a scheduler writes the secret as it starts us; a launcher's stdin may stay silent
+MAX_SECRET_LINE = 1024
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,7 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = _Parser(prog="inferris-dist worker",
                  description="A rank worker. Started by `inferris-dist launch` on this host, or "
                              "by anyone (a cluster launcher: mpiexec, srun, torchrun, a Kubernetes "
-                             "indexed Job) for a scheduler started with `launch --listen`.")
+                             "indexed Job) for a scheduler started with `launch --listen`. "
+                             "The run secret (one line of hex) is read from stdin when stdin is not a "
+                             "terminal and no --keys is given: how a scheduler starts a worker command "
+                             "(`--worker 'python -m inferris_dist.rank --connect {connect} --rank {rank} "
+                             "--world-size {world_size}'`); an empty stdin, or none within "
+                             f"{SECRET_WAIT_S:g} s, means no secret.")
     ap.add_argument("--rank", type=digits_arg, help="this worker's rank (default: from the launcher's "
                     "environment: RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, "
                     "JOB_COMPLETION_INDEX)")
@@ -50,16 +66,46 @@ def main(argv: list[str] | None = None) -> int:
         keys = ClientKeys.load(args.keys, where.rank) if args.keys else None
     except (PlacementError, KeyFileError) as e:
         fail(f"inferris-dist worker: {e}", EXIT_USAGE)
-    sys.stderr.write(f"inferris-dist worker: {where.line()}"
-                     f"{', CURVE keys from ' + args.keys if keys else ', no keys (plaintext)'}\n")
+    secret = b"" if keys is not None else secret_from_stdin()
+    proof = (', CURVE keys from ' + args.keys if keys else ', the run secret from stdin' if secret
+             else ', no keys (plaintext)')
+    sys.stderr.write(f"inferris-dist worker: {where.line()}{proof}\n")
     sys.stderr.flush()
-    worker = Worker(where.rank, where.world_size, where.address, None, keys=keys)
+    worker = Worker(where.rank, where.world_size, where.address, None, secret=secret, keys=keys)
     try:
         worker.handshake(args.join_timeout)
         worker.serve()
     finally:
         worker.close()
     return 0
+
+
+def secret_from_stdin() -> bytes:
+    """The run secret a scheduler wrote to our stdin (see the module's docstring for the rule)."""
+    try:
+        if sys.stdin is None or sys.stdin.isatty():
+            return b""
+        fd = sys.stdin.fileno()
+    except (OSError, ValueError):
+        return b""
+    line = b""
+    deadline = SECRET_WAIT_S
+    while not line.endswith(b"\n") and len(line) <= MAX_SECRET_LINE:
+        ready, _, _ = select.select([fd], [], [], deadline)
+        if not ready:
+            break
+        chunk = os.read(fd, MAX_SECRET_LINE)
+        if not chunk:
+            break
+        line += chunk
+        deadline = 0.5
+    text = line.strip()
+    if not text:
+        return b""
+    try:
+        return bytes.fromhex(text.decode("ascii"))
+    except (ValueError, UnicodeDecodeError):
+        fail("inferris-dist worker: stdin holds no run secret (one line of hex expected)", EXIT_USAGE)
 
 
 def _spawned(args) -> int:

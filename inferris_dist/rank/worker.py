@@ -214,6 +214,9 @@ class Worker:
         header, body = got
         if header.type is not MsgType.CONFIG:
             fail(f"rank {self.rank}: expected CONFIG, got {header.type.name}")
+        if (header.rank, header.world_size) != (self.rank, self.world_size):
+            fail(f"rank {self.rank} of {self.world_size}: a CONFIG for rank {header.rank} of "
+                 f"{header.world_size}")
         self.epoch = header.epoch
         self.num_pages = body.num_pages
         self.executor = RankExecutor(self.rank, self.world_size, body.num_pages, body.page_size,

@@ -152,7 +152,7 @@ class ProcessGroup:
         if options.listen is None:
             self.log_dir = options.run_dir if options.run_dir is not None else make_run_dir()
             template = options.template        # shared between runs: its starter's to close
-            if template is None and options.use_template:
+            if template is None and options.use_template and options.worker is None:
                 template = Template(log_dir=self.log_dir, start_timeout=options.start_timeout,
                                     answer_timeout=min(options.start_timeout, options.step_timeout))
                 try:
@@ -160,7 +160,8 @@ class ProcessGroup:
                 except OSError:
                     template.close()
                     template = None            # spawn each worker fresh instead
-            self.members = Spawned(self.channel, self.secret, self.log_dir, options.start_timeout, template)
+            self.members = Spawned(self.channel, self.secret, self.log_dir, options.start_timeout,
+                                   template if options.worker is None else None, options.worker)
             self.channel.open(self._local_endpoint(), None, self.max_frame)
         else:
             self.channel.open(options.listen, self.keys, self.max_frame)

@@ -24,11 +24,14 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 from inferris_dist.launcher import (
     Template,
     WorkerProcess,
+    command_argv,
     fork_workers,
+    spawn_command,
     spawn_workers,
     stop_workers,
     worker_args,
 )
+from inferris_dist.launcher.process import log_path_of
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.wire import MsgType
 from inferris_dist.scheduler.channel import Meta, RankChannel
@@ -54,8 +57,9 @@ class Spawned:
     replaceable = False
 
     def __init__(self, channel: RankChannel, secret: bytes, log_dir: Path, start_timeout: float,
-                 template: Template | None = None):
+                 template: Template | None = None, command: str | None = None):
         self.channel = channel
+        self.command = command            # a worker command template (launcher/command.py), or ours
         self.secret = secret
         self.log_dir = log_dir
         self.start_timeout = start_timeout
@@ -84,7 +88,9 @@ class Spawned:
     def start(self, ranks: Sequence[int]) -> tuple[float, str]:
         """Start workers for `ranks`; the wait for their handshake, and what it means to miss it."""
         started = None
-        if self.template is not None:
+        if self.command is not None:
+            started = self.start_commands(ranks)
+        elif self.template is not None:
             try:
                 started = fork_workers(self.template, self.forked_argv, self.secret, ranks, self.log_dir)
             except OSError as e:
@@ -105,12 +111,37 @@ class Spawned:
             self.channel.watch_process(w.rank, w.sentinel)
         return self.start_timeout, f"did not finish the handshake within {self.start_timeout:g} s"
 
+    def start_commands(self, ranks: Sequence[int]) -> list[WorkerProcess]:
+        """One instance of the worker command per rank, each in a process group of its own."""
+        started: list[WorkerProcess] = []
+        try:
+            for rank in ranks:
+                argv = command_argv(self.command, self.channel.address, rank, self.channel.world_size)
+                started.append(spawn_command(argv, rank, self.secret, log_path_of(self.log_dir, rank)))
+        except BaseException:
+            stop_workers(started, grace=0.0, term_wait=0.5)
+            raise
+        return started
+
     def vet(self, rank: int, header: wire.Header, hello: wire.Hello, meta: Meta) -> str | None:
         if not wire.check_proof(self.secret, header, hello):
             return f"claims rank {rank} without proof of the run secret"
-        if rank not in self.workers or hello.pid != self.workers[rank].pid:
+        if rank not in self.workers or not self.started_as(rank, hello.pid):
             return f"claims rank {rank} from pid {hello.pid}, not the worker we started"
         return None
+
+    def started_as(self, rank: int, pid: int) -> bool:
+        """Whether `pid` is the worker started for `rank`: that very process, or (a worker
+        command, which may be a wrapper that starts the real worker) one in its session."""
+        started = self.workers[rank].pid
+        if pid == started:
+            return True
+        if self.command is None:
+            return False
+        try:
+            return os.getsid(pid) == started
+        except OSError:
+            return False
 
     def dead(self) -> set[int]:
         return {r for r, w in self.workers.items() if not w.alive()}

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence, TextIO
 
 from inferris_dist.engine import WorkloadError
 from inferris_dist.engine.rungs import rung as rung_named
+from inferris_dist.launcher.command import CommandError, command_words
 from inferris_dist.observe.timeline import Timeline
 from inferris_dist.protocol.faults import POLICIES
 from inferris_dist.protocol.limits import MAX_SECONDS, NO_EXEC_COST, ExecCost, parse_exec_cost, valid_seconds
@@ -54,6 +55,10 @@ class LaunchOptions(NamedTuple):
     exec_cost: ExecCost | str = NO_EXEC_COST   # each rank takes this long to execute a step (a
                                         # model's time); text as --exec-cost takes it ("1ms"): see read
 
+    worker: str | None = None           # a worker command to start each rank with (launcher/command.py:
+                                        # "{connect}", "{rank}", "{world_size}" filled in, the run
+                                        # secret on its stdin); None: the project's own worker
+
     def read(self) -> "LaunchOptions":
         """These options with what was given as text read: `exec_cost` (WorkloadError when it
         does not parse). `launch` reads them before it checks them."""
@@ -87,6 +92,14 @@ class LaunchOptions(NamedTuple):
             raise WorkloadError(f"--max-restarts {self.max_restarts}: at most {MAX_RESTARTS} (each restart "
                                 f"starts processes and replays a step: a run that needs more is not "
                                 f"recovering)")
+        if self.worker is not None:
+            if self.listen is not None:
+                raise WorkloadError("--worker starts the workers here; --listen waits for workers "
+                                    "someone else starts: give one or the other")
+            try:
+                command_words(self.worker)
+            except CommandError as e:
+                raise WorkloadError(str(e)) from None
         if self.keys is not None and self.listen is None:
             raise WorkloadError("--keys needs --listen (ranks spawned here use a fresh run secret)")
         if self.listen is not None:

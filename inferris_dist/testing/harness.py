@@ -74,7 +74,8 @@ class Session:
 
     def __init__(self, *, step_timeout: float = DEFAULT_STEP_TIMEOUT, max_restarts: int = 3,
                  checkers: Sequence[Callable[[Path], list]] | None = None, engine_class: type | None = None,
-                 share_template: bool = True, left_within: float = LEFT_WITHIN, exec_cost=None):
+                 share_template: bool = True, left_within: float = LEFT_WITHIN, exec_cost=None,
+                 worker: str | None = None):
         self.step_timeout = step_timeout
         self.max_restarts = max_restarts
         # the list itself, not a copy: a checker added to WIRE_LOG_CHECKERS later is used too
@@ -83,6 +84,7 @@ class Session:
         self.share_template = share_template
         self.left_within = left_within
         self.exec_cost = exec_cost
+        self.worker = worker            # a worker command (LaunchOptions.worker): no template then
         self.template: Template | None = None
         self.template_pids: list[int] = []          # every template this session started
         self.logs: Path | None = None
@@ -143,7 +145,9 @@ class Session:
         options = dict(step_timeout=self.step_timeout, rung=schedule.rung, wire_log=str(log),
                        max_restarts=self.max_restarts if max_restarts is None else max_restarts,
                        name=schedule.workload)
-        template = self.shared_template()
+        template = self.shared_template() if self.worker is None else None
+        if self.worker is not None:
+            options["worker"] = self.worker
         if template is not None:
             options["template"] = template
         if self.exec_cost is not None:

@@ -390,8 +390,9 @@ def workload_text(data: dict) -> str:
 
 
 def reproduce_command(spec: Path, faults: Sequence[str], policy: str, world_size: int, rung: str = "full",
-                      max_restarts: int = 3, step_timeout: float = 10.0) -> str:
-    """The `inferris-dist compare` command that runs a reproducer."""
+                      max_restarts: int = 3, step_timeout: float = 10.0, worker: str | None = None) -> str:
+    """The `inferris-dist compare` command that runs a reproducer (on `worker`, a worker
+    command, when the break was found on one)."""
     try:
         shown = os.path.relpath(spec) if not os.path.relpath(spec).startswith("..") else str(spec)
     except ValueError:
@@ -406,6 +407,8 @@ def reproduce_command(spec: Path, faults: Sequence[str], policy: str, world_size
         argv += ["--max-restarts", str(max_restarts)]
     if step_timeout != 10.0:
         argv += ["--step-timeout", f"{step_timeout:g}"]
+    if worker is not None:
+        argv += ["--worker", worker]
     return shlex.join(argv)
 
 
@@ -421,7 +424,7 @@ def write_reproducer(shrunk: Shrunk, schedule: Schedule, directory: Path, *, ses
     data.pop("faults", None)
     spec.write_text(workload_text(data))
     command = reproduce_command(spec, c.faults, schedule.policy, c.world_size, schedule.rung,
-                                max_restarts, step_timeout)
+                                max_restarts, step_timeout, getattr(session, "worker", None))
     repro = Reproducer(command, spec, c.faults, schedule.policy, c.world_size)
     if session is not None:
         s = Schedule(schedule.index, schedule.workload, schedule.rung, schedule.policy, c.world_size,

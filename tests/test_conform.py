@@ -1,0 +1,156 @@
+"""`inferris-dist conform` on real processes: our worker conforms; each broken worker in
+tests/data/broken_workers is caught by the case named for what it breaks, within deadlines,
+with nothing left running."""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from inferris_dist.launcher.command import OUTPUT_BUDGET, TAIL_BYTES
+
+BROKEN = Path(__file__).parent / "data" / "broken_workers"
+ENV = {**os.environ, "PYTHONPATH": str(BROKEN)}
+
+pytestmark = [pytest.mark.procs]
+
+
+def broken(name: str) -> str:
+    return (f"{shlex.quote(sys.executable)} {BROKEN / name}.py --connect {{connect}} --rank {{rank}} "
+            f"--world-size {{world_size}}")
+
+
+def conform(*args: str, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "inferris_dist.cli", "conform", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env or ENV)
+
+
+def line_of(out: str, case: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith(case + " "))
+
+
+def all_gone(pids_dir: Path, within: float = 5.0) -> list[int]:
+    """The pids written by the workers started, those still running after `within` s."""
+    deadline = time.monotonic() + within
+    pids = [int(p.name) for p in pids_dir.iterdir()]
+    assert pids, "no worker wrote its pid"
+    while True:
+        left = [p for p in pids if Path(f"/proc/{p}").exists()
+                and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(90)
+def test_our_worker_conforms(tmp_path):
+    junit = tmp_path / "conform.xml"
+    started = time.monotonic()
+    done = conform("--junit", str(junit), timeout=80)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 failed" in done.stdout
+    suite = ET.parse(junit).getroot()
+    cases = suite.findall("testcase")
+    assert len(cases) >= 40
+    ran = [c for c in cases if c.find("skipped") is None]
+    assert ran and all(c.find("failure") is None for c in ran)
+    assert {"handshake.hello §6.1", "plan.duplicate §8.2", "stop.exit §9.2"} <= {c.get("name") for c in cases}
+    print(f"default conform run: {time.monotonic() - started:.1f} s")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("worker, case", [
+    ("ignores_epoch", "epoch.later"),
+    ("duplicate_twice", "plan.duplicate"),
+    ("stop_late", "stop.exit"),
+    ("page_off_by_one", "plan.replay"),
+    ("accepted_off_by_one", "plan.replay"),
+    ("unsent_reply", "plan.replay"),
+    ("config_any_rank", "config.other-rank"),
+    ("no_frame_cap", "frame.oversized"),
+])
+def test_broken_worker_is_caught(worker, case, tmp_path):
+    done = conform("--worker", broken(worker), "--case", case, "--keep", str(tmp_path))
+    assert done.returncode == 1, done.stdout + done.stderr
+    line = line_of(done.stdout, case)
+    assert " FAIL " in line
+    assert "again: inferris-dist conform --worker " in done.stdout and f"--case {case}" in done.stdout
+    assert (tmp_path / case / "wire.jsonl").exists()
+
+
+@pytest.mark.timeout(60)
+def test_worker_that_never_connects(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    started = time.monotonic()
+    done = conform("--worker", broken("never_connects"), "--start-timeout", "1", "--case", "handshake.*",
+                   "--case", "plan.replay", "--case", "golden.demo.w1",
+                   env={**ENV, "CONFORM_PIDS": str(pids)})
+    assert done.returncode == 1
+    assert time.monotonic() - started < 20
+    assert line_of(done.stdout, "handshake.hello").count("never connected within --start-timeout 1 s") == 1
+    assert "not run: the worker never connected" in line_of(done.stdout, "plan.replay")
+    assert all_gone(pids) == []
+
+
+@pytest.mark.timeout(60)
+def test_worker_deaf_to_stop_and_sigterm_is_killed(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    done = conform("--worker", broken("ignores_stop_and_term"), "--case", "stop.exit",
+                   "--case", "golden.demo.w1", env={**ENV, "CONFORM_PIDS": str(pids)})
+    assert done.returncode == 1
+    assert " FAIL " in line_of(done.stdout, "stop.exit")
+    assert " PASS " in line_of(done.stdout, "golden.demo.w1")    # stopped by SIGKILL at the end
+    assert all_gone(pids) == []
+
+
+@pytest.mark.timeout(60)
+def test_worker_that_dies_mid_run(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    done = conform("--worker", broken("dies_midrun"), "--case", "plan.replay", "--case", "golden.demo.w1",
+                   env={**ENV, "CONFORM_PIDS": str(pids)})
+    assert done.returncode == 1
+    assert " FAIL " in line_of(done.stdout, "plan.replay")
+    assert " FAIL " in line_of(done.stdout, "golden.demo.w1")
+    assert all_gone(pids) == []
+
+
+@pytest.mark.timeout(60)
+def test_flooding_worker_costs_bounded_disk(tmp_path):
+    done = conform("--worker", broken("floods_stdout"), "--case", "plan.replay", "--keep", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    logs = list((tmp_path / "plan.replay").glob("worker-*.log"))
+    assert logs
+    for log in logs:
+        assert log.stat().st_size <= OUTPUT_BUDGET + TAIL_BYTES + 200
+        assert b"bytes of output not kept" in log.read_bytes()[-TAIL_BYTES - 200:]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("worker, says", [
+    ("python3 -m x --connect {where}", "unknown placeholder {where}"),
+    ("no-such-program-here --connect {connect}", "no such command"),
+])
+def test_bad_worker_command(worker, says):
+    done = conform("--worker", worker)
+    assert done.returncode == 2
+    assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(30)
+def test_junit_refuses_a_directory_and_an_input(tmp_path):
+    done = conform("--junit", str(tmp_path), "--case", "handshake.hello")
+    assert done.returncode == 2 and "is a directory" in done.stderr
+    script = tmp_path / "w.py"
+    script.write_text("print()\n")
+    done = conform("--worker", f"{sys.executable} {script} {{connect}}", "--junit", str(script))
+    assert done.returncode == 2 and "input" in done.stderr
+    assert script.read_text() == "print()\n"
