@@ -25,6 +25,7 @@ from inferris_dist.engine import ItemOutcome, load_workload, run_workload
 from inferris_dist.observe.recorder import Recorder
 from inferris_dist.observe.records import WireLog
 from inferris_dist.protocol import wire
+from inferris_dist.protocol.faults import parse_faults
 from inferris_dist.protocol.wire import MsgType, WireError
 from inferris_dist.scheduler.channel import RankChannel
 from inferris_dist.scheduler.entry import DistributedEngine, launch
@@ -186,7 +187,8 @@ def test_a_kept_members_announced_garbled_reply_read_while_others_are_admitted_i
     dropped and said, as when it is read while the step is awaited again; not refused (a refused
     member exits, and the run would lose a rank it kept)."""
     stream = io.StringIO()
-    channel = RankChannel(WORLD, step_timeout=5.0, recorder=Recorder(WORLD, WireLog(stream)))
+    channel = RankChannel(WORLD, step_timeout=5.0, recorder=Recorder(WORLD, WireLog(stream)),
+                          faults=parse_faults(["all:garble@3"], WORLD))
     channel.open("tcp://127.0.0.1:0", None)
     vetting = Spawned(channel, SECRET, tmp_path, start_timeout=20.0)
     config = wire.Config(8, 4, {}, [], [])

@@ -215,3 +215,40 @@ def test_version_and_help_load_no_engine(argv):
     extra = unwanted(loaded, NOT_FOR_RUN + tuple(CONTROL_PLANE) + ("inferris_dist.observe.metrics",
                                                                    "inferris_dist.cli.mechanisms"))
     assert not extra, f"`inferris-dist {' '.join(argv)}` loads {extra}"
+
+
+# The channel's fault layers (scheduler/channel.py): made, and loaded, only when a run's faults ask
+# for them; a run without faults sends and reads through the transport alone.
+LINK_LAYER = ("inferris_dist.scheduler.link", "inferris_dist.scheduler.linkfaults")
+ONE_SHOTS = ("inferris_dist.scheduler.oneshots",)
+
+
+@pytest.mark.parametrize("faults, layers", [
+    ((), ()),
+    (("0:plan-dup@1",), LINK_LAYER),
+    (("1:delay@1:0.01",), ONE_SHOTS),
+    (("0:plan-dup@1", "1:delay@1:0.01"), LINK_LAYER + ONE_SHOTS)])
+def test_a_launch_loads_the_fault_layers_its_faults_ask_for_and_no_other(faults, layers):
+    argv = ["launch", "--world-size", "2", *(arg for f in faults for arg in ("--fault", f))]
+    status, loaded, printed = loaded_by_command(argv)
+    assert status == 0 and printed.strip(), printed[-300:]
+    assert "inferris_dist.scheduler.channel" in loaded
+    assert set(unwanted(loaded, LINK_LAYER + ONE_SHOTS)) == set(layers), f"`{' '.join(argv)}` loads " \
+        f"{unwanted(loaded, LINK_LAYER + ONE_SHOTS)}"
+
+
+@pytest.mark.parametrize("faults", [(), ("0:result-lost@1",), ("1:garble@1",)])
+def test_a_process_group_holds_the_fault_layers_its_faults_ask_for_and_no_other(faults):
+    from inferris_dist.engine import load_workload
+    from inferris_dist.scheduler.group import ProcessGroup
+    from inferris_dist.scheduler.options import LaunchOptions
+    workload = load_workload({"engine": {"max_step_tokens": 8, "page_size": 4, "num_pages": 8, "spec_len": 0,
+                                         "world_size": 2},
+                              "requests": [{"request_id": "a", "prompt_len": 4, "max_new_tokens": 2}]})
+    group = ProcessGroup(workload, LaunchOptions(faults=list(faults)))
+    try:
+        channel = group.channel
+        assert (channel.link is not None) == any("result-lost" in f for f in faults)
+        assert (channel.oneshots is not None) == any("garble" in f for f in faults)
+    finally:
+        group.close()

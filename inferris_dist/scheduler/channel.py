@@ -1,12 +1,13 @@
-"""The channel: the scheduler's socket, and who is rank R on it.
+"""The channel: the rounds of messages with the ranks, and who is rank R.
 
-The channel owns the ROUTER socket (and, with CURVE, the gate that checks
-every key before a byte gets through) and the membership: for each rank the
-member that holds it, the epoch it joined in, how it proved itself (the run
-secret of a worker we spawned, or the CURVE key of one someone else started),
-its pid and host. How members come to be (spawned here, or started by a
-cluster's launcher) is not the channel's business: admission checks them in,
-the process group drives steps over the channel.
+The channel keeps the membership: for each rank the member that holds it, the epoch it
+joined in, how it proved itself (the run secret of a worker we spawned, or the CURVE key of
+one someone else started), its pid and host. How members come to be (spawned here, or
+started by a cluster's launcher) is not the channel's business: admission checks them in,
+the process group drives steps over the channel. It sends and reads through the transport
+(`transport.py`: the socket, its poll, the gate), wrapped, only in a run that asks for link
+faults, by the link's layer (`linkfaults.py`); a run with rank faults keeps what the ranks
+said fired (`oneshots.py`). A run without faults calls nothing of either.
 
 Every exchange goes through here (a step's PLAN and RESULTs, the audit's
 AUDIT and SHARDs, the handshake's waits). Replies of another epoch or step
@@ -20,10 +21,9 @@ is retired, never re-admitted: if it speaks again it is told to exit.
 from __future__ import annotations
 
 import errno as _errno
-import os
 import time
-from collections import OrderedDict, deque
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 import zmq
 
@@ -32,18 +32,16 @@ from inferris_dist.engine.errors import MachineFailure
 from inferris_dist.observe.recorder import Recorder
 from inferris_dist.observe.records import StepRecord
 from inferris_dist.protocol import wire
-from inferris_dist.protocol.sockets import POLLIN, send_frames
 from inferris_dist.protocol.wire import MsgType
-from inferris_dist.scheduler.gate import Gate
-from inferris_dist.scheduler.link import Link
+from inferris_dist.scheduler.transport import LINK_DONE, Meta, Transport, peer_label
 
 if TYPE_CHECKING:
+    from inferris_dist.protocol.faults import Fault
     from inferris_dist.protocol.keys import ServerKeys
+    from inferris_dist.scheduler.linkfaults import LinkFaults
+    from inferris_dist.scheduler.oneshots import OneShots
 
 MAX_RETIRED = 256           # identities of former members remembered, to tell them to exit
-MAX_STRANGER_FRAMES = 4     # frames of a message from a non-member kept (the rest are dropped)
-MAX_MEMBER_FRAMES = 3       # a member's message: header, body, timing (more is a protocol error)
-HANDSHAKE_MS = 10_000       # a connection that has not finished ZeroMQ's handshake by then is closed
 
 
 class Member:
@@ -77,7 +75,7 @@ def machine_failure(e: OSError | zmq.ZMQError, what: str = "", step: int | None 
     return MachineFailure(f"{what + ': ' if what else ''}{where}{text}", step)
 
 
-LAST_WORDS_S = 1.0       # at most this long for a dead rank's connection to close (see _last_words)
+LAST_WORDS_S = 1.0       # at most this long for a dead rank's connection to close (see gather)
 
 
 class Reply(NamedTuple):
@@ -114,86 +112,48 @@ class Flight:
         self.logged = False           # its replies are in the wire log
 
 
-FIRED_HEAD = bytes([0x96, wire.PROTOCOL_VERSION, int(MsgType.FIRED)])   # how a FIRED's header begins
-MAX_FIRED_KEPT = 1024     # fault texts kept per rank (a run's faults for it, generously)
-MAX_GARBLES_OWED = 64     # garbled replies a member announced and the channel has not read yet
-LINK_DONE = object()      # a message's "meta": handed over by the link, which acted on it already
-
-
-class Meta(NamedTuple):
-    """What the transport says of a message from a peer that is not a member yet."""
-    user_id: str            # "rank-R" when CURVE proved that rank's key; "" without CURVE
-    host: str
-    fd: int | None
-
-
 class RankChannel:
     def __init__(self, world_size: int, step_timeout: float, recorder: Recorder | None = None,
-                 spin_s: float = 0.0, link: Link | None = None):
+                 spin_s: float = 0.0, faults: Sequence[Fault] = ()):
+        """`faults`: the run's; the link's layer is made only when a link fault is among them,
+        the one-shots' bookkeeping only when a rank fault is."""
         self.world_size = world_size
         self.step_timeout = step_timeout
         self.recorder = recorder = recorder if recorder is not None else Recorder(world_size)
-        self.link = link if link is not None else Link([])   # the wire to each rank, and its faults
         self.epoch = 0
-        self.ctx: zmq.Context | None = None
-        self.sock: zmq.Socket | None = None
-        self.gate = Gate(world_size)         # the door: who may connect, and who was turned away
         self.address = ""
         self.curve = False
         self.timing = recorder.wants_timing   # ask the ranks for their own times (someone keeps them)
-        self.spin_s = spin_s            # spin this long before sleeping in a wait (a free core only)
         self.blamed: set[int] = set()   # ranks a failure was blamed on (not asked politely at the end)
         self.members: dict[int, Member] = {}
         self.rank_of: dict[bytes, int] = {}
         self.retired: OrderedDict[bytes, tuple[int, int, str]] = OrderedDict()  # ident -> rank, epoch, why
-        self.sentinels: dict[int, int] = {}       # rank -> pidfd of a worker we spawned
         self.explain: Callable[[int], str] = lambda rank: ""   # more on a rank that died
         self._answered: dict[int, tuple] = {}   # rank -> (epoch, step, kind) last joined
-        self._dead: set[int] = set()                      # ranks whose process or connection ended
         self.in_flight: dict[int, Flight] = {}   # step -> its plan's flight, sent, replies not read yet
-        self.fired: dict[int, set[str]] = {}     # rank -> its one-shot faults a member said fired
-        self.garbling: dict[int, deque] = {}      # rank -> (epoch, step) of each plan whose reply its
-                                                  # member said it garbles, not read yet, oldest first
-        self._poller = zmq.Poller()
+        self.transport = Transport(world_size, step_timeout, spin_s, self.members, self.rank_of, self.note)
+        self.gate = self.transport.gate      # the door: who may connect, and who was turned away
+        self.link: LinkFaults | None = None   # the wire to each rank and its faults, if any were asked
+        self.oneshots: OneShots | None = None   # what the ranks said fired, in a run with rank faults
+        if any(f.on_link for f in faults):
+            from inferris_dist.scheduler.link import Link
+            from inferris_dist.scheduler.linkfaults import LinkFaults
+            self.link = LinkFaults(Link(faults), self.transport, recorder)
+        if any(not f.on_link for f in faults):
+            from inferris_dist.scheduler.oneshots import OneShots
+            self.oneshots = OneShots(recorder)
 
     # -- the socket --------------------------------------------------------------------
 
     def open(self, bind: str, keys: ServerKeys | None, max_frame: int = wire.MAX_FRAME_BYTES) -> None:
-        """Bind the ROUTER at `bind` (tcp://HOST:PORT; port 0 picks one); CURVE with `keys`.
-        `max_frame`: the largest frame a rank of this run can need to send (ZeroMQ holds a
-        whole message before we see it: this bounds what one frame of it can cost)."""
-        self.ctx = zmq.Context()
-        self.gate.open(self.ctx, keys.rank_of_key if keys is not None else None, self.world_size)
-        sock = self.sock = self.ctx.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVTIMEO, int(self.step_timeout * 1000))
-        sock.setsockopt(zmq.SNDTIMEO, 1000)
-        sock.setsockopt(zmq.MAXMSGSIZE, min(max_frame, wire.MAX_FRAME_BYTES))
-        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)    # a silent stranger is closed by then
-        if keys is not None:
-            self.gate.guard(sock, keys.public, keys.secret)
-            self.curve = True
-        if bind.startswith("tcp://["):
-            sock.setsockopt(zmq.IPV6, 1)          # an IPv6 address: tcp://[::1]:PORT
-        self.gate.watch(sock)
-        sock.bind(bind)
-        self.address = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._poller.register(sock, zmq.POLLIN)
-        for s in self.gate.sockets:
-            self._poller.register(s, zmq.POLLIN)
-
-    totals = property(lambda self: self.recorder.totals)
+        """Bind the transport's socket at `bind` (see Transport.open)."""
+        self.transport.open(bind, keys, max_frame)
+        self.address, self.curve = self.transport.address, self.transport.curve
 
     def close(self) -> None:
-        self.void_in_flight("the run ended")
+        _void(self, "the run ended")
         self.recorder.turned_away(self.gate.counts(self.recorder.member_drops()))
-        self.gate.close()                        # the monitor first: never a stuck I/O thread
-        if self.sock is not None:
-            self.sock.close(linger=0)
-            self.sock = None
-        if self.ctx is not None and not self.ctx.closed:
-            self.ctx.term()
+        self.transport.close()
 
     # -- membership --------------------------------------------------------------------
 
@@ -201,9 +161,10 @@ class RankChannel:
         self.retire(member.rank, "replaced")
         self.members[member.rank] = member
         self.rank_of[member.identity] = member.rank
-        self._dead.discard(member.rank)
+        self.transport.dead.discard(member.rank)
         self.blamed.discard(member.rank)        # a new member, blameless
-        self.garbling.pop(member.rank, None)     # and it has announced nothing
+        if self.oneshots is not None:
+            self.oneshots.forget(member.rank)    # and it has announced nothing
         self.gate.proven(member.fd)
         self.recorder.member(member.rank, member.epoch, member.pid,
                              member.host if member.replaceable else "", member.proof)
@@ -214,31 +175,12 @@ class RankChannel:
         if member is None:
             return None
         self.rank_of.pop(member.identity, None)
-        self.link.forget(rank)
+        if self.link is not None:
+            self.link.forget(rank)
         self.retired[member.identity] = (rank, member.epoch, why)
         while len(self.retired) > MAX_RETIRED:
             self.retired.popitem(last=False)
         return member
-
-    def watch_process(self, rank: int, sentinel: int | None) -> None:
-        """Poll `sentinel` (a pidfd) to see rank `rank`'s process exit at once."""
-        old = self.sentinels.pop(rank, None)
-        if old is not None and rank not in self._dead:
-            self._poller.unregister(old)
-        self._dead.discard(rank)
-        if sentinel is not None:
-            self.sentinels[rank] = sentinel
-            self._poller.register(sentinel, zmq.POLLIN)
-
-    def unwatch_process(self, rank: int) -> None:
-        old = self.sentinels.pop(rank, None)
-        if old is not None and rank not in self._dead:
-            self._poller.unregister(old)
-        self._dead.discard(rank)
-
-    @property
-    def dead_ranks(self) -> set[int]:
-        return set(self._dead)
 
     # -- the exchange: one step's (or audit's) round with every rank --------------------
 
@@ -293,11 +235,18 @@ class RankChannel:
         self.gather(flight)
         got = flight.got
         raw = [got[r][1] for r in range(self.world_size)]
-        if all(b == raw[0] for b in raw):
-            blame = 0 if self.world_size == 1 else None      # the same bad bytes from every rank
-            decoded = [self.decode(blame, expect, raw[0], flight)] * self.world_size
-        else:
-            decoded = [self.decode(r, expect, raw[r], flight) for r in range(self.world_size)]
+        same = all(b == raw[0] for b in raw)
+        decoded = []
+        for r in range(1 if same else self.world_size):
+            try:
+                decoded.append(_decode(expect, raw[r], flight))
+            except wire.WireError as e:
+                # the same bad bytes from every rank: blamed on every rank (on the one, if it is one)
+                blame = r if not same else 0 if self.world_size == 1 else None
+                raise self.lost(blame, flight.step, "protocol", f"sent a malformed {expect.name}: {e}",
+                                flight=flight) from None
+        if same:
+            decoded *= self.world_size
         self.recorder.replies(self.epoch, flight, dict(enumerate(decoded)))
         return {r: Reply(got[r][0], decoded[r]) for r in range(self.world_size)}
 
@@ -308,17 +257,24 @@ class RankChannel:
 
     def next_epoch(self) -> int:
         """A new epoch: replies of the old one are stale from now on (plans in flight too)."""
-        self.void_in_flight("the epoch ended")
+        _void(self, "the epoch ended")
         self.epoch += 1
         return self.epoch
 
-    def void_in_flight(self, why: str) -> None:
-        """The plans sent whose results will never be read (the epoch ends, or the run)."""
-        for flight in self.in_flight.values():
-            self.recorder.voided(self.epoch, flight, why)
-        self.in_flight.clear()
-
     # -- receiving ---------------------------------------------------------------------
+
+    def wait(self, deadline: float) -> tuple[list[int], list[tuple[list[bytes], Meta | None]]]:
+        """Messages that came (a FIRED kept by the one-shots, not handed over; what the link
+        held and is due now, handed over), and ranks whose process or connection is gone,
+        waiting at most until `deadline` (see Transport.wait)."""
+        link = self.link
+        dead, messages = self.transport.wait(deadline, link.next_due if link is not None else None)
+        if self.oneshots is not None:
+            heard, rank_of, retired = self.oneshots.heard, self.rank_of, self.retired
+            messages = [m for m in messages if not heard(m[0], rank_of, retired)]
+        if link is not None:
+            messages += link.due()
+        return dead, messages
 
     def gather(self, flight: Flight) -> None:
         """One reply of kind `flight.expect` from every rank into `flight.got`, or RankLost. The
@@ -335,7 +291,21 @@ class RankChannel:
             self._take_all(messages, flight)
             missing = [rank for rank in dead if rank not in got]
             if missing:
-                self._last_words(missing, flight)
+                # A rank's process can be seen gone a moment before ZeroMQ hands over what it
+                # sent just before it went. Its connection closes after the last of its bytes are
+                # read (a stream is in order), and the socket monitor says so: until then, at most
+                # LAST_WORDS_S, read on, so that a rank that answered and then died has answered.
+                def settled() -> bool:
+                    return all(r in got or (r in self.members and self.members[r].fd is None)
+                               or r not in self.members for r in missing)
+                until = time.monotonic() + (LAST_WORDS_S if self.gate.monitor is not None else 0.02)
+                while True:
+                    done = settled()
+                    _, messages = self.wait(time.monotonic() if done
+                                            else min(until, time.monotonic() + 0.005))
+                    self._take_all(messages, flight)
+                    if done or time.monotonic() >= until:
+                        break
             for rank in missing:
                 if rank not in got:
                     raise self.lost(rank, step, "died", f"died before answering step {step}", flight=flight)
@@ -346,30 +316,26 @@ class RankChannel:
                                 also=silent[1:], flight=flight)
 
     def _take_all(self, messages, flight: Flight) -> None:
+        """Each message, taken while `flight` is awaited. On a failure, the members' replies that
+        came in the same batch are dropped, counted and logged: what else came is not lost."""
         for i, (frames, meta) in enumerate(messages):
             try:
                 self.take(frames, meta, flight)
             except RankLost:
-                self._drop_rest(messages[i + 1:])   # what else came is logged, not lost
+                for rest, _meta in messages[i + 1:]:
+                    rank = self.rank_of.get(rest[0])
+                    if rank is None:
+                        continue
+                    rest, _ = without_timing(rest, self.timing)
+                    try:
+                        header = wire.decode_header(rest[1]) if len(rest) == 3 else None
+                    except wire.WireError:
+                        header = None
+                    if header is None and self.oneshots is not None:
+                        self.oneshots.owed(rank)      # the garbled reply it announced, if any: read
+                    if header is not None and header.rank == rank:
+                        self.drop(rank, header, "(after the step failed)", body=rest[2])
                 raise
-
-    def _last_words(self, ranks, flight: Flight) -> None:
-        """A rank's process can be seen gone a moment before ZeroMQ hands over what it sent just
-        before it went. Its connection closes after the last of its bytes are read (a stream
-        is in order), and the socket monitor says so: until then, at most LAST_WORDS_S, read
-        on, so that a rank that answered and then died has answered."""
-        got = flight.got
-
-        def settled() -> bool:
-            return all(r in got or (r in self.members and self.members[r].fd is None)
-                       or r not in self.members for r in ranks)
-        until = time.monotonic() + (LAST_WORDS_S if self.gate.monitor is not None else 0.02)
-        while True:
-            done = settled()
-            _, messages = self.wait(time.monotonic() if done else min(until, time.monotonic() + 0.005))
-            self._take_all(messages, flight)
-            if done or time.monotonic() >= until:
-                return
 
     def take(self, frames, meta, flight: Flight) -> None:
         """One message, while `flight`'s replies are awaited: a reply to it, to a plan sent after
@@ -380,7 +346,7 @@ class RankChannel:
         expect, step = flight.expect, flight.step
         came, timing = frames, None
         try:
-            frames, extra = self.without_timing(frames)
+            frames, extra = without_timing(frames, self.timing)
             if extra is not None and expect is MsgType.RESULT:
                 timing = wire.decode_timing(extra)
             if len(frames) != 3:
@@ -392,13 +358,14 @@ class RankChannel:
             # announced for a plan sent after this one (overlap), or from a rank that has answered
             # this step (a member answers in order), answers that later plan: its step's failure,
             # raised when it is gathered.
-            if self.drop_announced_garble(rank, frames, str(e)):
+            oneshots = self.oneshots
+            if oneshots is not None and oneshots.drop_announced_garble(rank, frames, str(e), self.epoch):
                 return
-            said = self._owed_garble(rank)
+            said = oneshots.owed(rank) if oneshots is not None else None
             if said is not None and said[1] != step and said[1] in self.in_flight:
                 ahead = self.in_flight[said[1]]
             else:
-                ahead = self._ahead_of(flight, rank)
+                ahead = _ahead_of(self.in_flight, flight, rank)
             answers = ahead.step if ahead is not None else step
             self.recorder.broken(rank, self.epoch, answers, expect, sum(map(len, frames[1:])), str(e))
             if ahead is not None:
@@ -409,18 +376,12 @@ class RankChannel:
             raise self.lost(rank, step, "protocol",
                             f"broke the protocol: its message names rank {header.rank}", flight=flight)
         copied = None                   # "duplicated": the link delivered this message twice
-        if self.link.active and meta is not LINK_DONE:
-            what, seconds = self.link.incoming(rank, header.type, header.step)
-            if what is not None:
-                if what == "delayed" and not self.link.hold_in(rank, came, None, seconds):
-                    what = "lost"
-                said = f"the {header.type.name} of step {header.step} from rank {rank}"
-                self.recorder.link_note(None, rank, self.epoch, _did(what, seconds, said))
-                if what != "duplicated":
-                    self.recorder.link_in(rank, header, frames[2], what)
-                    return
+        if self.link is not None and meta is not LINK_DONE:
+            copied = self.link.received(rank, header, came, frames[2], self.epoch)
+            if copied == "duplicated":
                 self.take(came, LINK_DONE, flight)      # the copy comes first, then the message
-                copied = what
+            elif copied is not None:
+                return                                  # lost, or held: the link said so
         current = header.type is expect and header.epoch == self.epoch and header.step == step
         into = flight
         if rank in flight.got or not current:
@@ -431,37 +392,6 @@ class RankChannel:
         into.got[rank] = (header, frames[2])     # a plan sent ahead: kept for its turn
         self.recorder.taken(rank, len(frames[1]), len(frames[2]), into.record, into.sent_at[rank], timing)
 
-    def _ahead_of(self, flight: Flight, rank: int) -> Flight | None:
-        """The plan sent after `flight` that `rank`'s next reply answers, if it has answered
-        `flight` already (None: that reply answers `flight`)."""
-        if rank not in flight.got or flight.expect is not MsgType.RESULT:
-            return None
-        later = [f for s, f in self.in_flight.items() if s > flight.step and rank not in f.got]
-        return min(later, key=lambda f: f.step) if later else None
-
-    def _drop_rest(self, messages) -> None:
-        """Members' replies that came in the same batch as a failure: dropped, counted, logged."""
-        for frames, _meta in messages:
-            rank = self.rank_of.get(frames[0])
-            if rank is None:
-                continue
-            frames, _ = self.without_timing(frames)
-            try:
-                header = wire.decode_header(frames[1]) if len(frames) == 3 else None
-            except wire.WireError:
-                header = None
-            if header is None:
-                self._owed_garble(rank)           # the garbled reply it announced, if any: read
-            if header is not None and header.rank == rank:
-                self.drop(rank, header, "(after the step failed)", body=frames[2])
-
-    def without_timing(self, frames: list[bytes]) -> tuple[list[bytes], bytes | None]:
-        """A member's message and, apart, the frame of its own times a result carries when we
-        asked for them (a timeline, a wire log): never part of the bytes that must agree."""
-        if len(frames) == 4 and self.timing:
-            return frames[:3], frames[3]
-        return frames, None
-
     def stranger(self, frames: list[bytes], meta: Meta | None, during: str = "") -> bool:
         """A message from a connection that holds no rank. A former member (or, with CURVE, a
         worker proven to hold a rank's key, speaking from an older epoch) is told to exit; any
@@ -470,8 +400,8 @@ class RankChannel:
         ident = frames[0]
         if ident in self.retired:
             rank, epoch, why = self.retired[ident]
-            self.refuse(ident, f"rank {rank} of epoch {epoch} was {why}; the run is in epoch "
-                               f"{self.epoch}: exit", meta.host if meta else "")
+            self.transport.refuse(ident, f"rank {rank} of epoch {epoch} was {why}; the run is in epoch "
+                                         f"{self.epoch}: exit", self.epoch, meta.host if meta else "")
             return True
         peer = peer_label(ident, meta)
         if not self.gate.turned_away.add(peer):
@@ -484,8 +414,8 @@ class RankChannel:
                 pass
         if (self.curve and header is not None and meta is not None and header.epoch < self.epoch
                 and header.type is not MsgType.HELLO and meta.user_id == f"rank-{header.rank}"):
-            self.tell(ident, f"rank {header.rank} of epoch {header.epoch} is no member: the run "
-                              f"is in epoch {self.epoch}: exit")
+            self.transport.tell(ident, f"rank {header.rank} of epoch {header.epoch} is no member: the run "
+                                       f"is in epoch {self.epoch}: exit", self.epoch)
             self.note(None, f"refused {peer}: rank {header.rank} of epoch {header.epoch} is no member")
             return True
         self.note(None, f"dropped a message from an unknown peer ({peer}){' ' + during if during else ''}")
@@ -508,164 +438,6 @@ class RankChannel:
                               f"(epoch {header.epoch}, step {header.step}){' ' + when if when else ''}",
                               link=link)
 
-    def decode(self, rank: int | None, kind: MsgType, body: bytes, flight: Flight):
-        try:
-            if kind is MsgType.RESULT and flight.against is not None:
-                return wire.decode_result(body, flight.against)
-            return wire.decode_body(kind, body)
-        except wire.WireError as e:
-            raise self.lost(rank, flight.step, "protocol", f"sent a malformed {kind.name}: {e}",
-                            flight=flight) from None
-
-    def _poll(self, deadline: float) -> dict:
-        """The poller's events by `deadline`. With `spin_s`, first a bounded spin without
-        sleeping (no wake-up to pay when the answer comes within it), then a sleeping wait."""
-        if self.spin_s > 0.0:
-            until = min(deadline, time.monotonic() + self.spin_s)
-            while True:
-                events = self._poller.poll(0)
-                if events or time.monotonic() >= until:
-                    break
-            if events:
-                return dict(events)
-        if self.link.active:
-            due = self.link.next_due()
-            if due is not None:
-                deadline = min(deadline, due)
-        timeout = max(0.0, deadline - time.monotonic())
-        return dict(self._poller.poll(int(timeout * 1000) + 1))
-
-    def wait(self, deadline: float) -> tuple[list[int], list[tuple[list[bytes], Meta | None]]]:
-        """Messages that came, and ranks whose process or connection is gone, waiting at most
-        until `deadline`.
-
-        A sentinel stays readable once its process exits, so it is unregistered
-        the first time: a dead rank is remembered, not polled in a busy loop.
-        """
-        events = self._poll(deadline)
-        messages = []
-        if self.gate.monitor is not None:
-            if self.gate.zap is not None and self.gate.zap in events:
-                for peer, text in self.gate.answer_zap():
-                    if self.gate.refusals.add(peer):
-                        self.note(None, text)
-            # Every wait, and before the messages: a connection's close is seen before a new
-            # connection that reuses its descriptor can be admitted under it.
-            self._monitor_events()
-        if self.sock in events:
-            while (message := self._recv()) is not None:
-                if not self._fired(message[0]):
-                    messages.append(message)
-        if self.link.active:
-            messages += self._link_due()
-        for rank, fd in self.sentinels.items():
-            if rank not in self._dead and fd in events:
-                self._dead.add(rank)
-                self._poller.unregister(fd)
-        return sorted(r for r in self._dead if r in self.members or r in self.sentinels), messages
-
-    def _owed_garble(self, rank: int) -> tuple[int, int] | None:
-        """The oldest garbled reply `rank`'s member announced and the channel has not read: (epoch,
-        step), taken; a member answers its plans in order, so the next that does not decode is it."""
-        owed = self.garbling.get(rank)
-        return owed.popleft() if owed else None
-
-    def drop_announced_garble(self, rank: int, frames: list[bytes], why: str) -> bool:
-        """Whether `rank`'s message, which does not decode (`why`), is the garbled reply its
-        member announced (FIRED) in an epoch gone by: a kept member's, read only after the
-        restore began (while its step is awaited again, or while the ranks replaced are
-        admitted). Then it is dropped and said, logged as a stale RESULT (a garble is a reply
-        to a plan) of the epoch and step it was announced for (it names none itself); else
-        nothing is done."""
-        owed = self.garbling.get(rank)
-        if not owed or owed[0][0] >= self.epoch:
-            return False
-        epoch, answers = self._owed_garble(rank)
-        self.recorder.broken(rank, epoch, answers, MsgType.RESULT, sum(map(len, frames[1:])), why,
-                             dropped="stale")
-        self.note(rank, f"dropped rank {rank}'s garbled reply of epoch {epoch} (announced then, read only "
-                        f"now)")
-        return True
-
-    def _fired(self, frames: list[bytes]) -> bool:
-        """A FIRED from a member (or one retired since: a worker says it just before a fault
-        kills it) is kept, whenever it comes: those faults are spent, and no replacement gets
-        them. Peeked at by its header's first bytes (a fixarray of six, the version, the type):
-        the other messages pay a slice and a compare."""
-        if len(frames) != 3 or frames[1][:3] != FIRED_HEAD:
-            return False
-        rank = self.rank_of.get(frames[0])
-        if rank is None and frames[0] in self.retired:
-            rank = self.retired[frames[0]][0]
-        if rank is None:
-            return False
-        try:
-            header = wire.decode_header(frames[1])
-            texts = wire.decode_body(MsgType.FIRED, frames[2])
-        except wire.WireError:
-            return False                  # not one after all: read as any other message
-        if header.rank != rank:
-            return False
-        spent = self.fired.setdefault(rank, set())
-        if len(spent) < MAX_FIRED_KEPT:
-            spent.update(texts)
-        if any(_kind_of(text) == "garble" for text in texts):
-            self.garbling.setdefault(rank, deque(maxlen=MAX_GARBLES_OWED)).append(
-                (header.epoch, header.step))    # its reply to that plan will not decode
-        self.recorder.totals[rank].bytes_received += len(frames[1]) + len(frames[2])
-        self.recorder.received(rank, header.epoch, header.step, MsgType.FIRED, len(frames[2]), list(texts))
-        return True
-
-    def _recv(self) -> tuple[list[bytes], Meta | None] | None:
-        """One whole message; a non-member's comes with what the transport knows of its sender."""
-        sock = self.sock
-        if not sock.getsockopt(zmq.EVENTS) & POLLIN:
-            return None                  # nothing (more) to read: asked, not found by an exception
-        try:
-            ident = sock.recv(zmq.NOBLOCK)
-        except zmq.Again:
-            return None
-        if ident in self.rank_of:
-            frames, more, recv = [ident], sock.getsockopt, sock.recv
-            while more(zmq.RCVMORE):
-                if len(frames) <= MAX_MEMBER_FRAMES:
-                    frames.append(recv())
-                else:
-                    recv(copy=False)
-                    frames.append(b"")   # counted, not copied: a protocol error, blamed on the rank
-            return frames, None
-        frames, last = [ident], None
-        while self.sock.getsockopt(zmq.RCVMORE):
-            last = self.sock.recv(copy=False)
-            if len(frames) <= MAX_STRANGER_FRAMES:
-                frames.append(last.bytes)
-            else:
-                frames.append(b"")       # counted, not kept: the message is malformed anyway
-        if last is None:
-            return frames, Meta("", "", None)
-        return frames, Meta(_prop(last, "User-Id"), _prop(last, "Peer-Address"), _srcfd(last))
-
-    def _monitor_events(self) -> None:
-        for what, value in self.gate.monitor_events():
-            if what == "accept-failed" and value in (_errno.EMFILE, _errno.ENFILE):
-                # out of descriptors: strangers go first (a quarter of them), members stay
-                shed = self.gate.shed_oldest(max(1, len(self.gate.unproven) // 4))
-                if self.gate.refusals.add("out of descriptors"):
-                    self.note(None, f"cannot accept connections: out of file descriptors "
-                                    f"({os.strerror(value)}); closed the {shed} oldest connection(s) "
-                                    f"that hold no rank")
-                continue
-            if what == "accept-failed":
-                continue
-            if what == "closed":
-                for rank, m in self.members.items():
-                    if m.fd == value and rank not in self._dead:
-                        self._dead.add(rank)
-                        m.fd = None
-            elif self.gate.refusals.add("handshake"):
-                self.note(None, "refused a connection: its handshake failed "
-                                f"({_handshake_failure(what, value)})")
-
     # -- sending -----------------------------------------------------------------------
 
     def send(self, rank: int, kind: MsgType, step: int, body: bytes, decoded, *, quiet=False,
@@ -673,85 +445,21 @@ class RankChannel:
              ) -> None:
         """`found_later`: a plan sent ahead of one still awaited; a rank it cannot reach is not
         lost here but where the plan before is gathered (it died, or its connection closed),
-        so that one loss is one loss, at the step it broke."""
+        so that one loss is one loss, at the step it broke. Through the link's layer when the
+        run has one (it logs what it sent)."""
         header = wire.encode_header(kind, self.epoch, step, rank, self.world_size)
         member = self.members.get(rank)
-        what, seconds = self.link.outgoing(rank, kind, step) if self.link.active else (None, 0.0)
+        flags = zmq.NOBLOCK if quiet else 0
         try:
-            frames = [member.identity, header, body, *extra]
-            if what is None or what == "duplicated":
-                send_frames(self.sock, frames, zmq.NOBLOCK if quiet else 0)
+            if self.link is not None:
+                return self.link.send(rank, kind, step, self.epoch, member, header, body, decoded, extra,
+                                      flags, record)
+            self.transport.send([member.identity, header, body, *extra], flags)
         except (zmq.ZMQError, AttributeError):
             if quiet or found_later:
                 return
             raise self.lost(rank, step, "unreachable", "cannot be reached") from None
-        if what is None:
-            self.recorder.sent(rank, self.epoch, step, kind, len(header), len(body), decoded)
-            if self.link.active:
-                self._release_reordered(rank)
-            return
-        self._on_link(rank, kind, step, frames, header, body, decoded, what, seconds, record)
-
-    # -- the link's faults: what it did to a message, said with the message ------------------
-
-    def _on_link(self, rank, kind, step, frames, header, body, decoded, what: str, seconds: float,
-                 record: StepRecord | None) -> None:
-        """A message to `rank` the link acts on: lost, held (delayed, reordered) or duplicated."""
-        for cut_rank, cut_step, cut_s in self.link.partitions:
-            self.recorder.partition(cut_rank, cut_step, self.epoch, cut_s)
-            self.recorder.link_note(record, cut_rank, self.epoch, f"the link cut rank {cut_rank} off for "
-                                    f"{cut_s:g} s (everything to and from it lost)")
-        self.link.partitions.clear()
-        if what == "delayed" and not self.link.hold_out(rank, frames, seconds):
-            what = "lost"                      # the link holds no more: it loses the message
-        elif what == "reordered":
-            self.link.reorder(rank, frames)
-        self.recorder.sent(rank, self.epoch, step, kind, len(header), len(body), decoded, link=what)
-        self.recorder.link_note(record, rank, self.epoch, _did(what, seconds, f"the {kind.name} of step "
-                                                                         f"{step} to rank {rank}"))
-        if what == "duplicated":
-            try:
-                send_frames(self.sock, frames, zmq.NOBLOCK)
-            except zmq.ZMQError:
-                return
-            self.recorder.sent(rank, self.epoch, step, kind, len(header), len(body), decoded, link=what)
-            self._release_reordered(rank)
-
-    def _release_reordered(self, rank: int) -> None:
-        """A message to `rank` crossed: the plans the link held back for it cross after it."""
-        for frames in self.link.after_next(rank):
-            try:
-                send_frames(self.sock, frames, zmq.NOBLOCK)
-            except zmq.ZMQError:
-                pass
-
-    def _link_due(self) -> list:
-        """What the link delays and is due now: sends go out, receipts are handed over as if
-        they came now (marked: the link acted on them already)."""
-        for held in self.link.due_out():
-            try:
-                send_frames(self.sock, held.frames, zmq.NOBLOCK)
-            except zmq.ZMQError:
-                continue                       # its member is gone: lost with it
-            self._release_reordered(held.rank)
-        return [(held.frames, LINK_DONE) for held in self.link.due_in()]
-
-    def refuse(self, ident: bytes, reason: str, host: str = "") -> None:
-        """Tell a peer why it is turned away (it exits), and note it: the first few times per
-        peer; after that it is only counted, and gets no answer."""
-        if not self.gate.turned_away.add(peer_label(ident, None, host)):
-            return
-        self.note(None, f"refused a peer{' at ' + host if host else ''}: {reason}")
-        self.tell(ident, reason)
-
-    def tell(self, ident: bytes, reason: str) -> None:
-        """REFUSED with `reason` to one connection (it exits), not noted."""
-        try:
-            self.sock.send_multipart(
-                [ident, wire.encode_header(MsgType.REFUSED, self.epoch, 0, -1, self.world_size),
-                 wire.encode_body(MsgType.REFUSED, (reason,))], zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass
+        self.recorder.sent(rank, self.epoch, step, kind, len(header), len(body), decoded)
 
     # -- saying what happened ----------------------------------------------------------
 
@@ -762,7 +470,7 @@ class RankChannel:
         detail = ""
         if rank is not None and reason in ("died", "unreachable"):
             detail = self.explain(rank)
-            if not detail and rank in self.members and rank in self._dead:
+            if not detail and rank in self.members and rank in self.transport.dead:
                 detail = " (its connection closed)"
         message = f"{who_of(rank, also)} {what}{detail}"
         ranks = tuple(range(self.world_size)) if rank is None else (rank, *also)
@@ -774,25 +482,39 @@ class RankChannel:
         self.recorder.lost(err, step, self.epoch)
         return err
 
-    def turned_away_summary(self) -> str | None:
-        return self.gate.summary(self.recorder.member_drops())
-
     def note(self, rank: int | None, text: str) -> None:
         self.recorder.note(rank, self.epoch, text)
 
 
-def _kind_of(fault_text: str) -> str:
-    """The kind of a fault spec as a worker names it (RANK:KIND@STEP...)."""
-    return fault_text.partition(":")[2].partition("@")[0]
+def _void(channel: RankChannel, why: str) -> None:
+    """The plans sent whose results will never be read (the epoch ends, or the run)."""
+    for flight in channel.in_flight.values():
+        channel.recorder.voided(channel.epoch, flight, why)
+    channel.in_flight.clear()
 
 
-def _did(what: str, seconds: float, message: str) -> str:
-    """What the link did to `message`, in words."""
-    if what == "delayed":
-        return f"the link delayed {message} by {seconds:g} s"
-    if what == "reordered":
-        return f"the link held back {message} until after the next message to it"
-    return f"the link {what} {message}"
+def _ahead_of(in_flight: dict[int, Flight], flight: Flight, rank: int) -> Flight | None:
+    """The plan sent after `flight` that `rank`'s next reply answers, if it has answered
+    `flight` already (None: that reply answers `flight`)."""
+    if rank not in flight.got or flight.expect is not MsgType.RESULT:
+        return None
+    later = [f for s, f in in_flight.items() if s > flight.step and rank not in f.got]
+    return min(later, key=lambda f: f.step) if later else None
+
+
+def _decode(kind: MsgType, body: bytes, flight: Flight):
+    """A reply's body read as `kind` (a RESULT against its plan's bytes); WireError if it is not."""
+    if kind is MsgType.RESULT and flight.against is not None:
+        return wire.decode_result(body, flight.against)
+    return wire.decode_body(kind, body)
+
+
+def without_timing(frames: list[bytes], timing: bool) -> tuple[list[bytes], bytes | None]:
+    """A member's message and, apart, the frame of its own times a result carries when we
+    asked for them (`timing`: a timeline, a wire log): never part of the bytes that must agree."""
+    if len(frames) == 4 and timing:
+        return frames[:3], frames[3]
+    return frames, None
 
 
 def who_of(rank: int | None, also=()) -> str:
@@ -806,32 +528,3 @@ def lost_verdict(err: RankLost) -> str:
     """An attempt's verdict when a rank was lost."""
     rank, *also = err.ranks if err.rank is not None else (None,)
     return f"{who_of(rank, also)} lost ({err.reason})"
-
-
-def peer_label(ident: bytes, meta: Meta | None, host: str = "") -> str:
-    """A peer as counted and noted: its connection's routing id, and its address if known."""
-    host = host or (meta.host if meta is not None else "")
-    return f"peer {ident.hex()}{' at ' + host if host else ''}"
-
-
-def _prop(frame: zmq.Frame, name: str) -> str:
-    try:
-        return frame.get(name)
-    except zmq.ZMQError:
-        return ""
-
-
-def _srcfd(frame: zmq.Frame) -> int | None:
-    try:
-        return int(frame.get(zmq.SRCFD))
-    except (zmq.ZMQError, ValueError, TypeError):
-        return None
-
-
-def _handshake_failure(what: str, code: int) -> str:
-    if what == "protocol":
-        if code == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
-            return "it does not speak CURVE: a plaintext peer"
-        return f"ZMTP protocol error {code:#x}"
-    return (f"the connection closed mid-handshake: {os.strerror(code)}; a plaintext peer, "
-            f"or one that does not hold this scheduler's public key")

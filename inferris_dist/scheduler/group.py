@@ -46,7 +46,6 @@ from inferris_dist.protocol.wire import MsgType
 from inferris_dist.scheduler.channel import Flight, RankChannel, lost_verdict
 from inferris_dist.scheduler.gate import DESCRIPTORS_PER_RANK, raise_descriptor_limit
 from inferris_dist.scheduler.handshake import Admission
-from inferris_dist.scheduler.link import Link
 from inferris_dist.scheduler.members import External, Spawned
 from inferris_dist.scheduler.options import LaunchOptions
 
@@ -74,8 +73,7 @@ class ProcessGroup:
         self.accept_scripts = accept_scripts(workload)
         self.faults = parse_faults(options.faults, self.world_size, workload.faults)
         self.channel = RankChannel(self.world_size, options.step_timeout, recorder,
-                                   spin_s=spin_seconds(options.spin_us, self.world_size),
-                                   link=Link(self.faults))
+                                   spin_s=spin_seconds(options.spin_us, self.world_size), faults=self.faults)
         self.unfired = list(self.faults)   # faults whose step no plan has reached yet
         self.last_planned: int | None = None   # the step of the last plan sent
         self.keys = None
@@ -126,7 +124,7 @@ class ProcessGroup:
         return self.members.still_running() if not self.external and self.members is not None else []
 
     def turned_away_summary(self) -> str | None:
-        return self.channel.turned_away_summary()
+        return self.channel.gate.summary(self.recorder.member_drops())
 
     @property
     def workers(self) -> dict:
@@ -222,7 +220,8 @@ class ProcessGroup:
         # One-shots fire once in the run: a new member gets those of its rank not yet fired (a
         # member says FIRED before it acts one out, even one that kills it) from `step` on;
         # repeating ones always. The link's faults are the link's, never a member's.
-        fired = self.channel.fired.get(rank, ())
+        oneshots = self.channel.oneshots
+        fired = oneshots.fired.get(rank, ()) if oneshots is not None else ()
         faults = [f.text for f in self.faults
                   if not f.on_link and f.applies_to(rank)
                   and (f.repeat or (f.step >= step and f.text not in fired))]
@@ -258,7 +257,7 @@ class ProcessGroup:
 
     def dead_ranks(self) -> set[int]:
         """Ranks known to be gone (process exited or connection closed)."""
-        return self.channel.dead_ranks | self.members.dead()
+        return self.channel.transport.dead | self.members.dead()
 
     def restart(self, ranks: Sequence[int], shard: list, step: int, policy: str = ""
                 ) -> tuple[list[int], list[int]]:

@@ -21,7 +21,7 @@ from typing import Callable, Collection, Protocol
 from inferris_dist.engine import RankLost
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.wire import MsgType
-from inferris_dist.scheduler.channel import LINK_DONE, Member, Meta, RankChannel
+from inferris_dist.scheduler.channel import LINK_DONE, Member, Meta, RankChannel, without_timing
 
 
 class Vetting(Protocol):
@@ -84,7 +84,7 @@ class Admission:
         rank = channel.rank_of.get(ident)
         known = rank in self.configured
         if rank is not None or ident in channel.retired:
-            frames, _ = channel.without_timing(frames)   # a late result's times: dropped with it
+            frames, _ = without_timing(frames, channel.timing)   # a late result's times: dropped with it
         try:
             if len(frames) != 3:
                 raise wire.WireError(f"{len(frames) - 1} frames")
@@ -102,7 +102,8 @@ class Admission:
                 raise wire.WireError(f"a HELLO of {len(frames[2])} bytes")
             body = wire.decode_body(header.type, frames[2])
         except wire.WireError as e:
-            if rank is not None and not known and channel.drop_announced_garble(rank, frames, str(e)):
+            if (rank is not None and not known and channel.oneshots is not None
+                    and channel.oneshots.drop_announced_garble(rank, frames, str(e), channel.epoch)):
                 return                                    # a kept member's reply to a plan
             return self.refuse(ident, meta, f"malformed message during the handshake: {e}")
         if header.type is MsgType.HELLO:
@@ -166,4 +167,4 @@ class Admission:
         self.num_refused += 1
         if len(self.refused) < 3:          # the first few, for the diagnosis if ranks never come
             self.refused.append(f"a peer{' at ' + host if host else ''}: {reason}")
-        self.channel.refuse(ident, reason, host)
+        self.channel.transport.refuse(ident, reason, self.channel.epoch, host)

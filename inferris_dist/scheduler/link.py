@@ -11,8 +11,9 @@ everything both ways for ARG seconds, then heals.
 Deterministic: a fault acts on the message it names (rank, step, direction) the first time
 that message crosses, and is spent (`@STEP+` acts on every step from STEP on). Whatever the
 link did to a message is told to the recorder with the message (`link`: lost, delayed,
-duplicated, reordered), so the wire log, `inspect` and the page show it. A run without link
-faults pays one attribute test per message.
+duplicated, reordered), so the wire log, `inspect` and the page show it. The channel carries
+it out through its layer around the transport (`linkfaults.py`), made only for a run with link
+faults: a run without them loads neither module.
 """
 from __future__ import annotations
 

@@ -108,7 +108,7 @@ class Spawned:
             self.workers[w.rank] = w
             self._where[w.pid] = len(self.started)
             self.started.append(w)
-            self.channel.watch_process(w.rank, w.sentinel)
+            self.channel.transport.watch_process(w.rank, w.sentinel)
         return self.start_timeout, f"did not finish the handshake within {self.start_timeout:g} s"
 
     def start_commands(self, ranks: Sequence[int]) -> list[WorkerProcess]:
@@ -161,7 +161,7 @@ class Spawned:
         old = [self.workers.pop(r) for r in ranks if r in self.workers]
         stop_workers(old, grace=0.0, term_wait=0.5)
         for w in old:
-            self.channel.unwatch_process(w.rank)
+            self.channel.transport.unwatch_process(w.rank)
             self.channel.retire(w.rank, "stopped")
             if not w.alive():
                 self._forget(w)
@@ -261,7 +261,7 @@ class External:
                           f"{self.channel.epoch}: exit")
                 self.channel.note(rank, f"told the old member at {member.host or 'its address'} to exit "
                                         f"(if it still hears us): {reason}")
-                self.channel.tell(member.identity, reason)
+                self.channel.transport.tell(member.identity, reason, self.channel.epoch)
 
     def close(self, wait: float = 2.0) -> None:
         """STOP to every member, then wait (bounded) for their connections to close: the
@@ -271,7 +271,7 @@ class External:
         _send_stop(channel, list(channel.members))
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and not all(
-                r in channel.dead_ranks for r, m in channel.members.items()
+                r in channel.transport.dead for r, m in channel.members.items()
                 if m.fd is not None and r not in channel.blamed):
             channel.wait(deadline)
 
