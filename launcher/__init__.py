@@ -12,7 +12,7 @@ from importlib import import_module
 _WHERE = {"WORKER_MODULE": "process", "Template": "process", "WorkerProcess": "process",
           "fork_workers": "process", "spawn_workers": "process", "stop_workers": "process",
           "worker_args": "process", "make_run_dir": "rundir", "remove_run_dir": "rundir",
-          "sweep_stale": "rundir"}
+          "sweep_stale": "rundir", "WorkerTemplate": "early"}
 
 __all__ = sorted(_WHERE)
 

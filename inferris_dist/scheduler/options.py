@@ -2,19 +2,18 @@
 command line), checked once, and handed whole to the process group and the engine."""
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence, TextIO
 
 from inferris_dist.engine import WorkloadError
 from inferris_dist.engine.rungs import rung as rung_named
-from inferris_dist.observe.timeline import Timeline
 from inferris_dist.protocol.faults import POLICIES
 from inferris_dist.protocol.limits import MAX_SECONDS, NO_EXEC_COST, ExecCost, parse_exec_cost, valid_seconds
 from inferris_dist.protocol.placement import PlacementError, check_address
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:       # annotations only: the command line reads the defaults as it builds a parser
     from inferris_dist.launcher import Template
+    from inferris_dist.observe.timeline import Timeline
 
 
 class LaunchOptions(NamedTuple):
@@ -107,6 +106,7 @@ class LaunchOptions(NamedTuple):
 
 
 def is_loopback(address: str) -> bool:
+    import ipaddress  # with --listen only: not loaded where the defaults are read
     host = address[len("tcp://"):].rpartition(":")[0].strip("[]")
     if host == "localhost":
         return True
