@@ -19,6 +19,8 @@ from inferris_dist.cli.flags import (
     workload_of,
 )
 
+LAUNCH_LINGER = 0.0     # --serve's server stops as the run ends (once its open pages were told)
+
 
 def add_arguments(la) -> None:
     from inferris_dist.cli.workload_source import WORKLOAD_HELP
@@ -63,9 +65,9 @@ def add_serve_flags(la) -> None:
     g.add_argument("--serve", metavar="[HOST:]PORT",
                    help="serve the live page, /metrics (Prometheus), /health and /status while the run "
                         "runs (HOST default 127.0.0.1; PORT 0: any free one; the URL goes to stderr)")
-    g.add_argument("--serve-linger", type=linger_arg, default=0.0, metavar="SECONDS",
-                   help="keep serving this long after the run ends (default 0: stop once the open "
-                        "pages were told the end)")
+    g.add_argument("--serve-linger", type=linger_arg, default=LAUNCH_LINGER, metavar="SECONDS",
+                   help=f"keep serving this long after the run ends (default {LAUNCH_LINGER:g}: stop once "
+                        f"the open pages were told the end)")
 
 
 def main(args) -> int:

@@ -31,7 +31,6 @@ from inferris_dist.engine import WorkloadError
 from inferris_dist.observe.words import shown
 
 PR_SET_PDEATHSIG = 1
-LAUNCH_LINGER = 0.0          # launch: the server stops as the run ends (its pages told first)
 END_SECONDS = 5.0            # the wait for the last message to reach the open pages
 NICE = 10                    # launch's server: an observer, scheduled after the run's processes
 

@@ -36,8 +36,10 @@ def run_launch(workload, name: str, args, made: dict | None = None, started: flo
     served live while it runs (cmd_serve.LaunchServer), by a process of its own. `made`:
     the run directory and worker template made already (flags.made_for); `started`: when
     the command began (its start-up is counted from then; default now)."""
+    from inferris_dist.cli.cmd_launch import LAUNCH_LINGER
     from inferris_dist.cli.cmd_serve import LaunchServer
-    server = LaunchServer(getattr(args, "serve", None), getattr(args, "serve_linger", 0.0))  # binds now
+    linger = getattr(args, "serve_linger", LAUNCH_LINGER)
+    server = LaunchServer(getattr(args, "serve", None), linger)     # binds now
     try:
         status = _run_launch(workload, name, args, server, made, started)
         server.finish(server.log_ok)
