@@ -14,7 +14,8 @@ _WHERE = {"WORKER_MODULE": "process", "Template": "process", "WorkerProcess": "p
           "worker_args": "process", "make_run_dir": "rundir", "remove_run_dir": "rundir",
           "sweep_stale": "rundir",
           "CommandError": "command", "CommandProcess": "command", "command_argv": "command",
-          "command_words": "command", "spawn_command": "command"}
+          "command_words": "command", "spawn_command": "command",
+          "WorkerTemplate": "early"}
 
 __all__ = sorted(_WHERE)
 

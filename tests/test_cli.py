@@ -348,6 +348,38 @@ def test_no_subcommand():
     assert_usage_error(cli())
 
 
+# -- the commands and their flags ---------------------------------------------------------------
+
+def test_every_command_is_a_module_with_its_flags_and_its_run(capsys):
+    """A command is cli/cmd_NAME.py (add_arguments, main) and its line in the table: its --help
+    is built from the module alone."""
+    from inferris_dist.cli.main import COMMANDS, build_parser, command
+    for name in COMMANDS:
+        module = command(name)
+        assert callable(module.add_arguments) and callable(module.main), name
+        with pytest.raises(SystemExit) as done:
+            build_parser().parse_args([name, "--help"])
+        assert done.value.code == 0
+        assert capsys.readouterr().out.startswith(f"usage: inferris-dist {name}"), name
+
+
+def test_launch_like_defaults_are_the_libraries():
+    """A flag of a run on processes defaults to LaunchOptions' field (the library's), shown so
+    in --help; chaos's step timeout is the chaos harness's."""
+    from inferris_dist.cli.main import build_parser
+    from inferris_dist.scheduler.options import LaunchOptions
+    from inferris_dist.testing.harness import DEFAULT_STEP_TIMEOUT
+    library = LaunchOptions()
+    shared = ("step_timeout", "max_restarts", "audit_every", "on_rank_loss", "exec_cost")
+    for argv, fields in ((["launch"], shared + ("join_timeout", "rejoin_timeout")), (["compare"], shared)):
+        args = build_parser().parse_args(argv)
+        assert {f: getattr(args, f) for f in fields} == {f: getattr(library, f) for f in fields}, argv
+    chaos = build_parser().parse_args(["chaos"])
+    assert (chaos.step_timeout, chaos.max_restarts) == (DEFAULT_STEP_TIMEOUT, library.max_restarts)
+    text = " ".join(cli("launch", "--help").stdout.split())      # as read, not as wrapped
+    assert f"(default {library.step_timeout:g})" in text and f"(default {library.max_restarts})" in text
+
+
 # -- mechs ----------------------------------------------------------------------------------
 
 def mechs_rows() -> list[list[str]]:

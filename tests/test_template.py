@@ -296,10 +296,11 @@ def test_a_forked_template_keeps_nothing_of_the_command_line_but_its_socket():
 EARLY = textwrap.dedent('''
     import json, sys, time
     import inferris_dist
-    from inferris_dist.cli.main import WorkerTemplate, max_ahead
+    from inferris_dist.launcher.early import WorkerTemplate
+    from inferris_dist.protocol.limits import usable_cores
     from inferris_dist.engine import load_workload, run_workload, trace_dicts
-    early = WorkerTemplate.for_argv(["launch"])
-    asked = max_ahead() + 1 if sys.argv[1] == "beyond" else int(sys.argv[1])
+    early = WorkerTemplate.begin(usable_cores())       # as `inferris-dist launch` does as it starts
+    asked = early.max_ahead + 1 if sys.argv[1] == "beyond" else int(sys.argv[1])
     early.fork_ahead(asked)                              # as the command line does, once it has
     logs_ahead = sorted(p.name for p in early.run_dir.glob("rank*.log"))   # read the workload
     workload = load_workload({"engine": {"world_size": 2},
@@ -319,7 +320,7 @@ EARLY = textwrap.dedent('''
     finally:
         early.close()
     print(json.dumps({"same": same, "ahead": logs_ahead, "used": used, "after": logs_after,
-                      "children": len(children), "asked": asked, "max": max_ahead()}))
+                      "children": len(children), "asked": asked, "max": early.max_ahead}))
 ''')
 
 
@@ -348,11 +349,11 @@ def test_a_process_with_threads_starts_its_template_afresh_and_an_interrupted_st
     interpreter. And a start interrupted once the template is forked undoes what it made."""
     script = textwrap.dedent('''
         import json, os, threading
-        from inferris_dist.cli.main import WorkerTemplate
+        from inferris_dist.launcher.early import WorkerTemplate
         import inferris_dist.launcher.process as process
         stop = threading.Event()
         t = threading.Thread(target=stop.wait); t.start()
-        early = WorkerTemplate.for_argv(["launch"])
+        early = WorkerTemplate.begin(1)
         kind = type(early.template.proc).__name__
         early.close()
         stop.set(); t.join()
@@ -360,7 +361,7 @@ def test_a_process_with_threads_starts_its_template_afresh_and_an_interrupted_st
             raise KeyboardInterrupt
         process.Template.of_fork = interrupted
         try:
-            WorkerTemplate.for_argv(["launch"])
+            WorkerTemplate.begin(1)
         except KeyboardInterrupt:
             pass
         me = os.getpid()

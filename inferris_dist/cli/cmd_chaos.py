@@ -11,18 +11,23 @@ import sys
 from pathlib import Path
 
 from inferris_dist.cli import render
-from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK, UsageError, int_arg, seconds_arg
-from inferris_dist.cli.workload_source import REQUEST_FORMAT, workload_from_flags
+from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK, UsageError, int_arg
+from inferris_dist.cli.flags import add_knob_flags, add_max_restarts, add_step_timeout, add_workload_flags
+from inferris_dist.cli.workload_source import workload_from_flags
 from inferris_dist.engine import WorkloadError
 from inferris_dist.engine.rungs import NAMES as RUNG_NAMES
 from inferris_dist.protocol.faults import POLICIES
+from inferris_dist.testing.harness import DEFAULT_STEP_TIMEOUT
+from inferris_dist.testing.verdicts import PROMISE_KINDS
 
 DEFAULT_RUNS = 100
-DEFAULT_STEP_TIMEOUT = 0.25     # harness.DEFAULT_STEP_TIMEOUT (not imported: the CLI's parser stays light)
-PROMISE_KINDS = ("differs", "failed", "steps-before", "failure-kind", "blame")   # what compare also sees
 
 
-def build_chaos_parser(p) -> None:
+def main(args) -> int:
+    return run_chaos(args)
+
+
+def add_arguments(p) -> None:
     """chaos's flags, on its parser (its line in --help is the command line's)."""
     p.description = ("Draw fault schedules from --seed, run each on real worker processes and\n"
                      "judge it: restore keeps the trace, recompute the summary, abort fails naming a\n"
@@ -30,14 +35,11 @@ def build_chaos_parser(p) -> None:
                      "`inferris-dist compare` command and its workload file). `inferris-dist chaos\n"
                      "merge REPORT...` joins the --json reports of shards (docs/chaos.md).")
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    g = p.add_argument_group("workloads (default: the built-in demo)")
-    g.add_argument("--spec", metavar="FILE", help="workload JSON file, or - for stdin")
-    g.add_argument("--request", action="append", metavar=REQUEST_FORMAT, help="add a request (repeatable)")
+    g = add_workload_flags(p, knobs=(), title="workloads (default: the built-in demo)")
     g.add_argument("--random-workloads", action="store_true",
                    help="eight small workloads drawn from the seed instead (a few requests, shared "
                         "prefixes, speculation sometimes)")
-    for knob in ("max-step-tokens", "page-size", "num-pages", "spec-len"):
-        g.add_argument(f"--{knob}", type=int_arg, metavar="N", help="override the workload's engine value")
+    add_knob_flags(g, ("max-step-tokens", "page-size", "num-pages", "spec-len"))   # --world-size: below
     e = p.add_argument_group("what to explore")
     e.add_argument("--runs", type=int_arg, metavar="N",
                    help=f"schedules to run (of the unsharded sequence; default {DEFAULT_RUNS})")
@@ -55,11 +57,8 @@ def build_chaos_parser(p) -> None:
                    help="fault kinds to draw, each with a weight (default: every kind, alike)")
     e.add_argument("--max-faults", type=int_arg, default=3, metavar="K",
                    help="at most this many faults in a schedule (default 3)")
-    e.add_argument("--step-timeout", type=seconds_arg, default=DEFAULT_STEP_TIMEOUT, metavar="SECONDS",
-                   help=f"a rank that has not answered by then is lost (default {DEFAULT_STEP_TIMEOUT:g}: "
-                        f"a hang costs this much)")
-    e.add_argument("--max-restarts", type=int_arg, default=3, metavar="N",
-                   help="recoveries allowed in one run (default 3)")
+    add_step_timeout(e, DEFAULT_STEP_TIMEOUT, ": a hang costs this much")
+    add_max_restarts(e)
     e.add_argument("--shard", type=shard_arg, default=(0, 1), metavar="K/N",
                    help="run only the schedules i with i mod N == K (0 <= K < N); merge the shards' "
                         "--json reports with `inferris-dist chaos merge`")

@@ -32,13 +32,27 @@ error, exit status 2.
 from __future__ import annotations
 
 import json
+import sys
 from typing import TextIO
 
 from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK
+from inferris_dist.cli.flags import described
 from inferris_dist.cli.render import shown
 from inferris_dist.engine import WorkloadError
 
 JSON_HELP = __doc__[__doc__.index("--json:"):]      # the shape, for `check --help`
+
+
+def add_arguments(chk) -> None:
+    described(chk, epilog=JSON_HELP)
+    chk.add_argument("wirelog", metavar="WIRELOG", help="a file written by launch --wire-log")
+    chk.add_argument("--spec", metavar="FILE", help="the run's workload (or - for stdin), for a log that "
+                     "does not record it whole; refused unless it is the run's")
+    chk.add_argument("--json", action="store_true", help="one JSON object (its shape below)")
+
+
+def main(args) -> int:
+    return run_check(args.wirelog, args.spec, sys.stdout, args.json)
 
 
 def run_check(path: str, spec: str | None, out: TextIO, as_json: bool = False) -> int:

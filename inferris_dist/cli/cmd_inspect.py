@@ -64,16 +64,29 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, TextIO
 
-from inferris_dist.cli.args import EXIT_OK
+from inferris_dist.cli.args import EXIT_OK, int_arg
+from inferris_dist.cli.flags import described
 from inferris_dist.cli.render import STEP_WIDTH, Style, human_bytes, shown
 from inferris_dist.engine import WorkloadError
 from inferris_dist.observe import schema
 from inferris_dist.protocol.placement import MAX_WORLD_SIZE
 
 JSON_HELP = __doc__[__doc__.index("--json:"):]      # the shapes, for `inspect --help`
+
+
+def add_arguments(ins) -> None:
+    described(ins, epilog=JSON_HELP)
+    ins.add_argument("wirelog", metavar="WIRELOG", help="a file written by launch --wire-log")
+    ins.add_argument("--step", type=int_arg, metavar="K", help="show step K in full")
+    ins.add_argument("--json", action="store_true", help="one JSON object per line (shapes below)")
+
+
+def main(args) -> int:
+    return run_inspect(args.wirelog, args.step, sys.stdout, Style.for_stream(sys.stdout), args.json)
 PAD = " " * (STEP_WIDTH + 2)     # event lines sit under the figures, as in launch's output
 MAX_RANKS = MAX_WORLD_SIZE       # a rank read from the log is below this, or the log is refused
 MAX_INT = (1 << 63) - 1          # any other number

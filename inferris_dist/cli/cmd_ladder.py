@@ -13,6 +13,7 @@ import sys
 
 from inferris_dist.cli import render
 from inferris_dist.cli.args import EXIT_OK
+from inferris_dist.cli.flags import add_workload_flags, workload_of
 from inferris_dist.engine import Engine, EngineError
 from inferris_dist.engine.rungs import RUNGS
 
@@ -80,3 +81,14 @@ def run_ladder(workload, name: str, as_json: bool) -> int:
     out.write(render.header(workload, name) + "\n")
     write_table(rows, len(workload.requests), out, style)
     return EXIT_OK
+
+
+def add_arguments(lad) -> None:
+    add_workload_flags(lad)
+    lad.add_argument("--json", action="store_true", help="one JSON object per rung")
+
+
+def main(args) -> int:
+    from inferris_dist.cli.workload_source import LADDER_DEMO
+    workload, name = workload_of(args, default=LADDER_DEMO, default_name="ladder demo")
+    return run_ladder(workload, name, args.json)

@@ -16,6 +16,7 @@ with the scheduler if that is killed.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -25,11 +26,11 @@ import threading
 import time
 
 from inferris_dist.cli.args import EXIT_OK
+from inferris_dist.cli.flags import linger_arg
 from inferris_dist.engine import WorkloadError
 from inferris_dist.observe.words import shown
 
 PR_SET_PDEATHSIG = 1
-LAUNCH_LINGER = 0.0          # launch: the server stops as the run ends (its pages told first)
 END_SECONDS = 5.0            # the wait for the last message to reach the open pages
 NICE = 10                    # launch's server: an observer, scheduled after the run's processes
 
@@ -63,6 +64,23 @@ def announce(sock: socket.socket, what: str, linger: float | None) -> None:
         sys.stderr.write(f"inferris-dist: warning: {url} is reachable from other machines, and nothing "
                          f"authenticates the page, /metrics or /status: whoever reaches it sees the run\n")
     sys.stderr.flush()
+
+
+def add_arguments(srv) -> None:
+    srv.add_argument("wirelog", metavar="WIRELOG", help="a wire log being written (launch --wire-log, "
+                     "the library's wire_log=), or one already written")
+    srv.add_argument("--address", default="127.0.0.1:0", metavar="[HOST:]PORT",
+                     help="where to serve (default 127.0.0.1:0: loopback, any free port; the URL goes "
+                          "to stderr)")
+    srv.add_argument("--serve-linger", type=linger_arg, default=None, metavar="SECONDS",
+                     help="stop this long after the run's end record (default: keep serving until Ctrl-C)")
+    srv.add_argument("--title", help="the page's title (default: the run's name)")
+    srv.add_argument("--fd", type=int, help=argparse.SUPPRESS)        # launch --serve: its bound socket
+    srv.add_argument("--parent", type=int, help=argparse.SUPPRESS)    # launch --serve: die with it
+
+
+def main(args) -> int:
+    return run_serve(args)
 
 
 def run_serve(args) -> int:

@@ -18,7 +18,6 @@ flags always win). A rank, size or port is the digits 0-9 and nothing else.
 """
 from __future__ import annotations
 
-import ipaddress
 import re
 from typing import Mapping, NamedTuple
 
@@ -159,6 +158,7 @@ def is_loopback_host(host: str) -> bool:
     interface may reach the network: not loopback."""
     if host == "localhost":
         return True
+    import ipaddress  # only where an address is judged: not loaded where flags' defaults are read
     try:
         address = ipaddress.ip_address(host)
     except ValueError:

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence, TextIO
 from inferris_dist.engine import WorkloadError
 from inferris_dist.engine.rungs import rung as rung_named
 from inferris_dist.launcher.command import CommandError, command_words
-from inferris_dist.observe.timeline import Timeline
 from inferris_dist.protocol.faults import POLICIES
 from inferris_dist.protocol.limits import MAX_SECONDS, NO_EXEC_COST, ExecCost, parse_exec_cost, valid_seconds
 from inferris_dist.protocol.placement import PlacementError, check_address, is_loopback_host
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:       # annotations only: the command line reads the defaults as it builds a parser
     from inferris_dist.launcher import Template
+    from inferris_dist.observe.timeline import Timeline
 
 
 MAX_RESTARTS = 100_000     # recoveries one run may spend, at most (a budget like every other flag's)

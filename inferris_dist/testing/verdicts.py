@@ -31,8 +31,9 @@ from inferris_dist.engine.trace import StepTrace
 from inferris_dist.protocol.faults import Fault, parse_fault
 from inferris_dist.testing import Run, comparable, first_difference, judge
 
-BREAK_KINDS = ("differs", "failed", "steps-before", "failure-kind", "blame", "wire-log", "counters",
-               "leftover", "run-dir", "crashed")
+PROMISE_KINDS = ("differs", "failed", "steps-before", "failure-kind", "blame")   # judge_promise's:
+                                                                          # what compare also sees
+BREAK_KINDS = PROMISE_KINDS + ("wire-log", "counters", "leftover", "run-dir", "crashed")
 STEP_FAILURES = ("RankLost", "GroupViolation", "BoundaryViolation", "ShardDivergence")
 
 
