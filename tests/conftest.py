@@ -28,6 +28,13 @@ from tests.helpers.procs import LEFT_WITHIN, leftover_workers
 
 PR_SET_CHILD_SUBREAPER = 36
 
+# The width of the terminal the tests were started from is not the commands' width: a step line is
+# summarised to fit COLUMNS where it is set (pytest-xdist's workers have it), so the commands the
+# tests start see none, and print at their default width.
+for _var in ("COLUMNS", "LINES"):
+    os.environ.pop(_var, None)
+    ENV.pop(_var, None)
+
 
 def pytest_configure(config):
     os.environ[CHECK_ENV] = ENV[CHECK_ENV] = "1"     # ENV: what the tests hand the processes they start
