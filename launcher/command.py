@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import string
 import subprocess
@@ -33,14 +34,17 @@ class CommandError(ValueError):
 
 
 def command_words(template: str) -> list[str]:
-    """The template's words, checked: it splits, it names a program, and it uses no
-    placeholder but PLACEHOLDERS (CommandError otherwise)."""
+    """The template's words, checked: it splits, it names a program that can be run (on PATH, or
+    a path to an executable), and it uses no placeholder but PLACEHOLDERS (CommandError
+    otherwise)."""
     try:
         words = shlex.split(template)
     except ValueError as e:
         raise CommandError(f"worker command {template!r} does not split: {e}") from None
     if not words:
         raise CommandError("the worker command is empty")
+    if shutil.which(words[0]) is None:
+        raise CommandError(f"worker command {template!r}: no such command {words[0]!r}")
     for word in words:
         try:
             fields = [f for _, f, _, _ in string.Formatter().parse(word) if f is not None]

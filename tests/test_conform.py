@@ -154,3 +154,35 @@ def test_junit_refuses_a_directory_and_an_input(tmp_path):
     done = conform("--worker", f"{sys.executable} {script} {{connect}}", "--junit", str(script))
     assert done.returncode == 2 and "input" in done.stderr
     assert script.read_text() == "print()\n"
+
+
+OWN = (f"{shlex.quote(sys.executable)} -m inferris_dist.rank --connect {{connect}} --rank {{rank}} "
+       f"--world-size {{world_size}}")
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "inferris_dist.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=ENV, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.timeout(60)
+def test_launch_and_compare_run_any_worker_command():
+    ours = cli("run", "--json")
+    assert ours.returncode == 0
+    on_command = cli("launch", "--json", "--world-size", "3", "--worker", OWN)
+    assert on_command.returncode == 0, on_command.stderr
+    assert on_command.stdout == ours.stdout
+    restored = cli("compare", "--world-size", "3", "--worker", OWN, "--fault", "1:crash@2",
+                   "--on-rank-loss", "restore")
+    assert restored.returncode == 0, restored.stderr
+    assert "identical" in restored.stdout
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("command", ["launch", "compare"])
+def test_a_bad_worker_command_is_bad_input_for_launch_and_compare(command):
+    for worker, says in [("python3 {where}", "unknown placeholder {where}"),
+                         ("no-such-program-here {connect}", "no such command")]:
+        done = cli(command, "--worker", worker)
+        assert done.returncode == 2, done.stderr
+        assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1

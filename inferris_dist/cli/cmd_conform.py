@@ -55,8 +55,6 @@ def main(args) -> int:
         words = command_words(command)
     except CommandError as e:
         raise UsageError(f"inferris-dist conform: {e}") from None
-    if shutil.which(words[0]) is None:
-        raise UsageError(f"inferris-dist conform: --worker: no such command {words[0]!r}")
     if args.junit is not None:
         _check_output(args.junit, words)
     keep, temporary = _keep_dir(args.keep)

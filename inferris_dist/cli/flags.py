@@ -101,6 +101,10 @@ def add_fault_flags(p) -> None:
     p.add_argument("--exec-cost", type=exec_cost_arg, default=cost, metavar="COST",
                    help=f"each rank takes this long to execute a step, as a model on a GPU would "
                         f"(it waits, without spinning): 1ms, 500us, 1ms+2us/token (default {cost})")
+    p.add_argument("--worker", metavar="'COMMAND'",
+                   help="start each rank as COMMAND, any executor that speaks docs/protocol.md: "
+                        "{connect}, {rank} and {world_size} are filled in, the run secret comes on "
+                        "stdin (default: the project's own worker)")
     p.add_argument("--fault", action="append", default=[], metavar="RANK:KIND@STEP[+][:ARG]",
                    help="inject a fault (repeatable), e.g. 1:crash@3, all:delay@2+:0.5")
     p.add_argument("--audit-every", type=int, default=launch_default("audit_every"), metavar="K",

@@ -27,7 +27,7 @@ def options_from_args(args, timeline: Timeline | None, log_stream, on_waiting,
                          max_restarts=args.max_restarts, wire_log=log_stream, timeline=timeline,
                          listen=args.listen, keys=args.keys, join_timeout=args.join_timeout,
                          rejoin_timeout=args.rejoin_timeout, on_waiting=on_waiting, rung=args.rung,
-                         exec_cost=args.exec_cost, **(made or {}))
+                         exec_cost=args.exec_cost, worker=args.worker, **(made or {}))
 
 
 def run_launch(workload, name: str, args, made: dict | None = None, started: float | None = None) -> int:
@@ -430,7 +430,7 @@ def run_compare(workload, name: str, args, made: dict | None = None) -> int:
     options = LaunchOptions(step_timeout=args.step_timeout, faults=args.fault,
                             audit_every=args.audit_every, on_rank_loss=args.on_rank_loss,
                             max_restarts=args.max_restarts, rung=args.rung, exec_cost=args.exec_cost,
-                            **(made or {}))
+                            worker=args.worker, **(made or {}))
     options.check()
     remote = distributed_lines(workload, options)     # first: its workers were forked ahead
     local = trace_dicts(Engine(workload, rung=args.rung))

@@ -80,9 +80,9 @@ def worker_template(argv: list[str]):
     """The run directory and worker template of a command that spawns workers (launcher.early),
     made as it starts, before its flags are parsed, its workload read and the control plane
     imported; gone when the command ends. None for a command that spawns none (every other
-    command, and --listen)."""
+    command, --listen, and --worker: the ranks are not ours to fork)."""
     if argv[:1] not in ([name] for name in SPAWN_WORKERS) or any(
-            a == "--listen" or a.startswith("--listen=") for a in argv):
+            a in ("--listen", "--worker") or a.startswith(("--listen=", "--worker=")) for a in argv):
         return None
     from inferris_dist.launcher.early import WorkerTemplate
     from inferris_dist.protocol.limits import usable_cores
