@@ -7,6 +7,11 @@ raises `WorkloadError` with one line naming the key, the request and the value.
 from __future__ import annotations
 
 import json
+import os
+import select
+import stat
+import sys
+import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -82,14 +87,81 @@ def load_workload(source: dict | str | Path) -> Workload:
     return parse_workload(source)
 
 
+READ_BUDGET = 64 << 20      # bytes of one input file (a spec, a report): far beyond any we write
+READ_SECONDS = 10.0         # for an input that is not a regular file (a pipe, a fifo, a device)
+
+
 def read_json(path: Path) -> Any:
+    return parse_json(read_text(path, "spec"), f"spec {path}")
+
+
+def read_text(path: str | Path, what: str, budget: int = READ_BUDGET, seconds: float = READ_SECONDS) -> str:
+    """The UTF-8 text of the file at `path` ("-": standard input), read under a byte budget
+    checked while reading, never after: a regular file larger than `budget` is refused by its
+    size; anything else (a pipe, a fifo, /dev/zero) is read until its end, `budget` bytes or
+    `seconds`, whichever comes first. A fifo that no one writes to is read as empty, not waited
+    for. Every failure is a WorkloadError of one line: bad input."""
+    said = f"{what} on stdin" if str(path) == "-" else f"{what} {path}"      # how it is named
+    if str(path) == "-":
+        stream = getattr(sys.stdin, "buffer", None)
+        if stream is None:                       # a text-only stdin (a library caller's StringIO)
+            text = sys.stdin.read(budget + 1)
+            if len(text) > budget:
+                raise WorkloadError(f"{said}: more than {budget:,} bytes (an input may have at most that)")
+            return text
+        fd, owned = stream.fileno(), False
+    else:
+        try:
+            fd, owned = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), True
+        except FileNotFoundError:
+            raise WorkloadError(f"cannot read {said}: no such file") from None
+        except OSError as e:
+            raise WorkloadError(f"cannot read {said}: {e.strerror or e}") from None
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise WorkloadError(f"cannot read spec {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise WorkloadError(f"cannot read spec {path}: {getattr(e, 'strerror', None) or e}") from None
-    return parse_json(text, f"spec {path}")
+        data = _read_fd(fd, said, budget, seconds)
+    finally:
+        if owned:
+            os.close(fd)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise WorkloadError(f"{said} is not UTF-8: byte 0x{e.object[e.start]:02x} at offset "
+                            f"{e.start} ({e.reason})") from None
+
+
+def _read_fd(fd: int, said: str, budget: int, seconds: float) -> bytes:
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode):
+        raise WorkloadError(f"cannot read {said}: it is a directory")
+    regular = stat.S_ISREG(mode)
+    if regular and os.fstat(fd).st_size > budget:
+        raise WorkloadError(f"{said}: {os.fstat(fd).st_size:,} bytes, more than the {budget:,} "
+                            f"an input may have")
+    if not (regular or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+        raise WorkloadError(f"cannot read {said}: not a file, a pipe or a device")
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + seconds
+    chunks, size = [], 0
+    while True:
+        if not regular:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkloadError(f"{said}: not ended within {seconds:g} s")
+            if not poller.poll(left * 1000):
+                continue
+        try:
+            chunk = os.read(fd, min(1 << 20, budget + 1 - size))
+        except BlockingIOError:
+            continue
+        except OSError as e:
+            raise WorkloadError(f"cannot read {said}: {e.strerror or e}") from None
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > budget:
+            raise WorkloadError(f"{said}: more than {budget:,} bytes (an input may have at most that)")
+        chunks.append(chunk)
 
 
 def parse_json(text: str, what: str) -> Any:

@@ -5,12 +5,18 @@ not what a careful user would give it.
    none of them is warned about as reachable from other machines;
 2. --max-restarts has a cap, as every other budget flag does: past it, one line and exit 2;
 3. a step line is summarised only when it would not fit: COLUMNS, where set, is the width, on a
-   pipe too.
+   pipe too;
+4. every file and stream read (a spec, a chaos report) is read under a byte budget checked while
+   reading, and a deadline where it is not a regular file: one line and exit 2, never a hang,
+   never memory without bound;
+5. a mistyped command or flag is answered with the closest name, alone.
 """
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -90,3 +96,55 @@ def test_a_step_line_is_summarised_only_when_it_would_not_fit():
     assert "admit mute one" in wide and "run mute:4 one:2" in wide and len(wide) > 100, wide
     assert "admit 2  run 2 (6 tok)" in first_step(None)           # a pipe: 100 columns
     assert first_step("60").startswith("    0  admit 2  run 2 (6 tok)")
+
+
+def _hostile_inputs(tmp: Path) -> dict[str, str]:
+    fifo = tmp / "fifo"
+    os.mkfifo(fifo)
+    sparse = tmp / "sparse.json"
+    with open(sparse, "wb") as f:
+        f.truncate(300 << 20)           # 300 MB of nothing, on no disk
+    bad = tmp / "bad.json"
+    bad.write_bytes(b"\xff\xfe{")
+    deep = tmp / "deep.json"
+    deep.write_text("[" * 200_000)
+    return {"/dev/zero": "more than 67,108,864 bytes", str(fifo): "not ended within",
+            str(sparse): "more than the 67,108,864", str(bad): "is not UTF-8",
+            str(deep): "nested too deeply", str(tmp): "is a directory"}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", [["run", "--spec"], ["chaos", "merge"]])
+def test_every_input_is_read_under_a_byte_budget_and_a_deadline(tmp_path, command):
+    """/dev/zero, a fifo no one writes to, a 300 MB sparse file, bytes that are not UTF-8, JSON
+    nested 200,000 deep, a directory: each one line and exit 2, in bounded memory and time."""
+    for path, says in _hostile_inputs(tmp_path).items():
+        done = subprocess.run(["/usr/bin/time", "-q", "-f", "%M", *CLI, *command, path], cwd=REPO, env=ENV,
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=40)
+        *said, peak_kb = done.stderr.strip().splitlines()
+        assert done.returncode == 2, (path, done.stderr)
+        assert len(said) == 1 and says in said[0], (path, said)
+        assert int(peak_kb) < 300_000, (path, peak_kb)         # the budget is 64 MiB
+
+
+@pytest.mark.timeout(30)
+def test_a_spec_on_stdin_is_read_under_the_budget():
+    with open("/dev/zero", "rb") as zero:
+        done = subprocess.run([*CLI, "run", "--spec", "-"], cwd=REPO, env=ENV, capture_output=True, text=True,
+                              stdin=zero, timeout=20)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("inferris-dist: spec on stdin: more than 67,108,864 bytes (an input may "
+                                   "have at most that)")
+
+
+@pytest.mark.parametrize("args, says", [
+    (["lanch"], "inferris-dist: unknown command 'lanch' (did you mean launch?)"),
+    (["zzz"], "inferris-dist: unknown command 'zzz' (one of run, demo,"),
+    (["launch", "--world-sise", "3"], "inferris-dist launch: unknown flag --world-sise (did you mean --world-size?)"),
+    (["launch", "--worker-size", "3"], "inferris-dist launch: unknown flag --worker-size (did you mean --world-size?)"),
+])
+def test_a_mistyped_command_or_flag_gets_the_closest_name_alone(args, says):
+    done = subprocess.run([*CLI, *args], cwd=REPO, env=ENV, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=30)
+    assert done.returncode == 2
+    assert done.stderr.startswith(says) and len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -32,6 +32,16 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):
         raise UsageError(f"{self.prog}: {message}")
 
+    def _check_value(self, action, value):
+        """A command it does not know: the closest it does (argparse's own says only its list)."""
+        if isinstance(action, Commands) and value not in action.choices:
+            import difflib
+            names = list(action.choices)
+            close = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}?" if close else f"one of {', '.join(names)}"
+            self.error(f"unknown command {value!r} ({hint})")
+        super()._check_value(action, value)
+
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         if extras and self.commands is not None:     # a command's own flags: say which are not
@@ -53,7 +63,10 @@ class Parser(argparse.ArgumentParser):
             return f"{flag} is a flag of {names}, not of {self.prog.rsplit(' ', 1)[-1]}"
         mine = [o for o in self._option_string_actions if o.startswith("--") and o != "--help"]
         close = difflib.get_close_matches(flag, mine, n=3, cutoff=0.6)
-        if not close:
+        if close:                   # the closest, and only those as close as it: no runner-up
+            best = difflib.SequenceMatcher(None, flag, close[0]).ratio()
+            close = [c for c in close if difflib.SequenceMatcher(None, flag, c).ratio() == best]
+        else:
             close = sorted(o for o in mine if o.startswith(flag))[:3]
         hint = f" (did you mean {' or '.join(close)}?)" if close else ""
         return f"unknown flag {flag}{hint}"

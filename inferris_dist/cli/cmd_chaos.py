@@ -300,17 +300,17 @@ class Live(render.LiveLine):
 # -- merge ------------------------------------------------------------------------------------------
 
 def run_merge(paths: list[str], as_json: bool) -> int:
+    from inferris_dist.engine.workload import read_text
     from inferris_dist.testing.exploring import Report, merge_reports
     reports = []
     for path in paths:
-        try:
-            text = Path(path).read_text()
-        except OSError as e:
-            raise WorkloadError(f"chaos merge: {path}: {e.strerror or e}") from None
+        text = read_text(path, "chaos merge: report")
         try:
             obj = json.loads(text)
         except ValueError as e:
             raise WorkloadError(f"chaos merge: {path}: not JSON ({e})") from None
+        except RecursionError:
+            raise WorkloadError(f"chaos merge: {path}: nested too deeply to be a report") from None
         try:
             reports.append(Report.from_json(obj))
         except WorkloadError as e:

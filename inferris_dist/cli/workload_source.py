@@ -1,7 +1,6 @@
 """Where a command's workload comes from: --spec, --request flags, or the built-in demo."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,11 +89,11 @@ def parse_request_flag(text: str) -> dict:
 def workload_from_flags(spec: str | None, requests: list[str] | None, knobs: dict,
                         default: dict | None = DEMO, default_name: str = "demo") -> tuple[Workload, str]:
     """The workload and a name for it; knobs (command-line engine values) override the spec's."""
-    from inferris_dist.engine.workload import load_workload, parse_json
+    from inferris_dist.engine.workload import load_workload, parse_json, read_text
     if spec is not None and requests:
         raise WorkloadError("--spec and --request are exclusive: give one or the other")
     if spec == "-":
-        workload, name = load_workload(parse_json(_stdin_text(), "spec on stdin")), "stdin"
+        workload, name = load_workload(parse_json(read_text("-", "spec"), "spec on stdin")), "stdin"
     elif spec is not None:
         workload, name = load_workload(Path(spec)), Path(spec).name.removesuffix(".json")
     elif requests:
@@ -103,16 +102,3 @@ def workload_from_flags(spec: str | None, requests: list[str] | None, knobs: dic
     else:
         workload, name = load_workload(default), default_name
     return workload.with_config(**knobs), name
-
-
-def _stdin_text() -> str:
-    """The spec on stdin, decoded as UTF-8 whatever the locale says stdin is: bytes that
-    are not UTF-8 are bad input, not an internal error nor lone surrogates in a request id."""
-    stream = getattr(sys.stdin, "buffer", None)
-    if stream is None:                  # a text-only stdin (tests replace it with StringIO)
-        return sys.stdin.read()
-    try:
-        return stream.read().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise WorkloadError(f"spec on stdin is not UTF-8: byte 0x{e.object[e.start]:02x} at offset "
-                            f"{e.start} ({e.reason})") from None
