@@ -140,8 +140,10 @@ def test_a_spec_on_stdin_is_read_under_the_budget():
 @pytest.mark.parametrize("args, says", [
     (["lanch"], "inferris-dist: unknown command 'lanch' (did you mean launch?)"),
     (["zzz"], "inferris-dist: unknown command 'zzz' (one of run, demo,"),
-    (["launch", "--world-sise", "3"], "inferris-dist launch: unknown flag --world-sise (did you mean --world-size?)"),
-    (["launch", "--worker-size", "3"], "inferris-dist launch: unknown flag --worker-size (did you mean --world-size?)"),
+    (["launch", "--world-sise", "3"], "inferris-dist launch: unknown flag --world-sise (did you mean "
+                                      "--world-size?)"),
+    (["launch", "--worker-size", "3"], "inferris-dist launch: unknown flag --worker-size (did you mean "
+                                       "--world-size?)"),
 ])
 def test_a_mistyped_command_or_flag_gets_the_closest_name_alone(args, says):
     done = subprocess.run([*CLI, *args], cwd=REPO, env=ENV, capture_output=True, text=True,
