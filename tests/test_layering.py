@@ -5,8 +5,10 @@ prefixes (every module, every import, those inside functions too):
     launcher          nothing of ours
     protocol          engine, and itself
     rank              protocol and engine (a rank loads nothing of the control plane)
-    observe           protocol and engine
-    scheduler         protocol, observe, engine, launcher
+    words             engine (how a run is said in text: shared by the readers and the command line)
+    wirelog           protocol, engine, words (the wire log's schema, writer and reader)
+    observe           wirelog, protocol and engine
+    scheduler         protocol, observe, wirelog, engine, launcher
     testing           engine, scheduler, observe, protocol, launcher (the public API for a user's
                       fault tests, and chaos: schedules, the run harness, the judge, the shrinker)
     cli               anything
@@ -36,8 +38,10 @@ PARTS = {   # a part -> the parts it may import (besides itself, the stdlib and 
     "launcher": set(),
     "protocol": {"engine"},
     "rank": {"protocol", "engine"},
-    "observe": {"protocol", "engine"},
-    "scheduler": {"protocol", "observe", "engine", "launcher"},
+    "words": {"engine"},
+    "wirelog": {"protocol", "engine", "words"},
+    "observe": {"protocol", "engine", "wirelog"},
+    "scheduler": {"protocol", "observe", "wirelog", "engine", "launcher"},
     "testing": {"engine", "scheduler", "observe", "protocol", "launcher"},
     "cli": {"protocol", "rank", "observe", "scheduler", "engine", "launcher", "notes", "testing",
             "top"},                                              # top: the package's __version__
@@ -158,13 +162,13 @@ def test_a_fresh_worker_loads_only_what_a_rank_needs():
 # What `run` (the engine in this process) has no use for: the page, inspect's log reader, the
 # control plane on processes, the wire and its libraries; and dataclasses, which cost 11 ms to load
 # (inspect most of it) and a millisecond a class.
-NOT_FOR_RUN = ("inferris_dist.observe.page", "inferris_dist.observe.logread", "inferris_dist.observe.schema",
+NOT_FOR_RUN = ("inferris_dist.observe.page", "inferris_dist.wirelog.logread", "inferris_dist.wirelog.schema",
                "inferris_dist.scheduler", "inferris_dist.launcher", "inferris_dist.protocol.wire",
                "zmq", "msgpack", "dataclasses", "inspect")
 # What a launch has no use for: the page, inspect's log reader and the wire log's schema (unless
 # it is served or checked), the testing library, dataclasses.
-NOT_FOR_LAUNCH = ("inferris_dist.observe.page", "inferris_dist.observe.logread",
-                  "inferris_dist.observe.schema", "inferris_dist.testing", "dataclasses", "inspect")
+NOT_FOR_LAUNCH = ("inferris_dist.observe.page", "inferris_dist.wirelog.logread",
+                  "inferris_dist.wirelog.schema", "inferris_dist.testing", "dataclasses", "inspect")
 
 
 def loaded_by_command(argv: list[str]) -> tuple[int, set[str], str]:

@@ -43,7 +43,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from inferris_dist.observe.live import prom, server
 from inferris_dist.observe.live.server import AddressError, LiveServer, parse_address
 from inferris_dist.observe.live.state import LiveState
-from inferris_dist.observe.logread import LogFollower
+from inferris_dist.wirelog.logread import LogFollower
 
 from tests.helpers.external import CLI, ENV, REPO, Lines, serving_spec
 from tests.helpers.procs import wait_until

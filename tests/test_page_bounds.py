@@ -38,7 +38,7 @@ from inferris_dist.observe.page.model import (
     Builder,
     runs,
 )
-from inferris_dist.observe.schema import check_record
+from inferris_dist.wirelog.schema import check_record
 
 from tests.helpers.external import CLI, ENV, GOLDEN, REPO
 from tests.helpers.pagelogs import HUGE, hostile_numbers, lanes_log, restarts_log

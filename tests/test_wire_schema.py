@@ -1,4 +1,4 @@
-"""The wire log's schema (inferris_dist/observe/schema.py) holds the writer to what it writes:
+"""The wire log's schema (inferris_dist/wirelog/schema.py) holds the writer to what it writes:
 
 1. a WireLog with checking on refuses an unknown event, an unknown or missing field, a value
    of another kind; with checking off (production) it writes what it is given, unchecked;
@@ -23,8 +23,8 @@ import pytest
 
 from inferris_dist.cli.cmd_inspect import EVENTS as INSPECTED
 from inferris_dist.observe import page
-from inferris_dist.observe.records import CHECK_ENV, WireLog
-from inferris_dist.observe.schema import EVENTS, MESSAGE, SchemaError, check_record
+from inferris_dist.wirelog.schema import EVENTS, MESSAGE, SchemaError, check_record
+from inferris_dist.wirelog.writer import CHECK_ENV, WireLog
 
 from tests.helpers.external import CLI, ENV, GOLDEN, REPO
 

@@ -26,7 +26,7 @@ import time
 
 from inferris_dist.cli.args import EXIT_OK
 from inferris_dist.engine import WorkloadError
-from inferris_dist.observe.words import shown
+from inferris_dist.words import shown
 
 PR_SET_PDEATHSIG = 1
 LAUNCH_LINGER = 0.0          # launch: the server stops as the run ends (its pages told first)
@@ -68,8 +68,8 @@ def run_serve(args) -> int:
     """`inferris-dist serve WIRELOG` (and, with --fd, the server of a `launch --serve`)."""
     from inferris_dist.observe.live.server import LiveServer, follow, is_loopback
     from inferris_dist.observe.live.state import LiveState
-    from inferris_dist.observe.logread import LogFollower
     from inferris_dist.observe.page import build_page, read_log
+    from inferris_dist.wirelog.logread import LogFollower
     child = args.fd is not None
     if child:
         _die_with(args.parent)

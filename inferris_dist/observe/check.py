@@ -67,10 +67,10 @@ from typing import Any, Iterator
 from inferris_dist.engine import WorkloadError
 from inferris_dist.engine.messages import shifted
 from inferris_dist.engine.workload import ENGINE_KEYS, MAX_WORLD_SIZE, Workload, load_workload, parse_workload
-from inferris_dist.observe.logread import LogReader, Malformed
-from inferris_dist.observe.records import workload_fields
-from inferris_dist.observe.schema import ANY, EVENTS, MESSAGE, Field, kind_of
-from inferris_dist.observe.words import shown
+from inferris_dist.wirelog.logread import LogReader, Malformed
+from inferris_dist.wirelog.schema import ANY, EVENTS, MESSAGE, Field, kind_of
+from inferris_dist.wirelog.writer import workload_fields
+from inferris_dist.words import shown
 
 __all__ = ["MAX_VIOLATIONS", "NotTheRunsWorkload", "Report", "Violation", "check_log"]
 

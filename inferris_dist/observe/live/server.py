@@ -37,8 +37,8 @@ from typing import Callable
 
 from inferris_dist.observe.live.prom import CONTENT_TYPE_LATEST, exposition, registry
 from inferris_dist.observe.live.state import LiveState
-from inferris_dist.observe.logread import LogFollower
 from inferris_dist.observe.page import finite
+from inferris_dist.wirelog.logread import LogFollower
 
 MAX_CLIENTS = 16
 MAX_STREAMS = 8

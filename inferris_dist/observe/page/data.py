@@ -38,7 +38,7 @@ from inferris_dist.observe.page.model import (
     runs,
     say,
 )
-from inferris_dist.observe.words import shown
+from inferris_dist.words import shown
 
 
 class _Clock:
