@@ -29,7 +29,7 @@ import pytest
 from inferris_dist import testing
 from inferris_dist.cli.cmd_check import JSON_HELP
 from inferris_dist.engine import WorkloadError, load_workload
-from inferris_dist.observe.check import check_log
+from inferris_dist.judge.check import check_log
 from inferris_dist.wirelog.writer import workload_fields
 
 from tests.helpers.external import CLI, ENV, GOLDEN, REPO

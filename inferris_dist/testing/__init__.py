@@ -17,7 +17,7 @@ What each policy promises (docs/faults.md):
   differ, since a recompute plans the step again from nothing.
 
 `check_history(wire_log, workload=None)` judges a run's wire log afterwards, whatever wrote
-it (inferris_dist.observe.check): every committed step joined from its epoch's results and
+it (inferris_dist.judge.check): every committed step joined from its epoch's results and
 following from its plan, no stale or retired reply taken, and the policy's promise against
 the reference; a `Report` of violations, empty when the history holds.
 
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from inferris_dist.engine import CACHE, Engine, EngineError, State, Workload, load_workload, trace_dicts
-from inferris_dist.observe.check import check_log as check_history
+from inferris_dist.judge.check import check_log as check_history
 
 __all__ = ["InvariantBroken", "Run", "assert_holds", "check_history", "check_invariants", "comparable",
            "first_difference", "first_summary_difference", "judge", "reference", "run_on_processes",

@@ -43,7 +43,7 @@ from inferris_dist.testing.verdicts import (
 # str(); empty when the log is fine), and the first violation of the first checker that finds one
 # is the run's break: the log is whole, and it passes the history checker (`inferris-dist check`).
 def history(path: Path) -> list:
-    from inferris_dist.observe.check import check_log
+    from inferris_dist.judge.check import check_log
     return check_log(path).violations
 
 
