@@ -8,8 +8,12 @@ prefixes (every module, every import, those inside functions too):
     words             engine (how a run is said in text: shared by the readers and the command line)
     wirelog           protocol, engine, words (the wire log's schema, writer and reader)
     observe           wirelog, protocol and engine
+    judge             wirelog, words, protocol, engine (what a policy promises, a recorded
+                      history checked, the control plane's invariants: judged, nothing run)
     scheduler         protocol, observe, wirelog, engine, launcher
-    testing           engine, scheduler, observe, protocol, launcher (the public API for a user's
+    page              wirelog, words, engine (the offline page of a wire log)
+    live              page, wirelog, words, protocol, engine (a run watched as it runs)
+    testing           engine, scheduler, judge, observe, protocol, launcher (the public API for a user's
                       fault tests, and chaos: schedules, the run harness, the judge, the shrinker)
     cli               anything
 
@@ -41,10 +45,13 @@ PARTS = {   # a part -> the parts it may import (besides itself, the stdlib and 
     "words": {"engine"},
     "wirelog": {"protocol", "engine", "words"},
     "observe": {"protocol", "engine", "wirelog"},
+    "judge": {"protocol", "engine", "wirelog", "words"},
     "scheduler": {"protocol", "observe", "wirelog", "engine", "launcher"},
-    "testing": {"engine", "scheduler", "observe", "protocol", "launcher"},
-    "cli": {"protocol", "rank", "observe", "scheduler", "engine", "launcher", "notes", "testing",
-            "top"},                                              # top: the package's __version__
+    "page": {"engine", "wirelog", "words"},
+    "live": {"engine", "protocol", "wirelog", "words", "page"},
+    "testing": {"engine", "scheduler", "judge", "observe", "protocol", "launcher"},
+    "cli": {"protocol", "rank", "observe", "wirelog", "words", "judge", "page", "live", "scheduler", "engine",
+            "launcher", "notes", "testing", "top"},                      # top: the package's __version__
     "top": {"scheduler", "protocol", "engine", "testing"},   # __init__.py: lazy names for the library
 }
 
@@ -162,12 +169,12 @@ def test_a_fresh_worker_loads_only_what_a_rank_needs():
 # What `run` (the engine in this process) has no use for: the page, inspect's log reader, the
 # control plane on processes, the wire and its libraries; and dataclasses, which cost 11 ms to load
 # (inspect most of it) and a millisecond a class.
-NOT_FOR_RUN = ("inferris_dist.observe.page", "inferris_dist.wirelog.logread", "inferris_dist.wirelog.schema",
+NOT_FOR_RUN = ("inferris_dist.page", "inferris_dist.wirelog.logread", "inferris_dist.wirelog.schema",
                "inferris_dist.scheduler", "inferris_dist.launcher", "inferris_dist.protocol.wire",
                "zmq", "msgpack", "dataclasses", "inspect")
 # What a launch has no use for: the page, inspect's log reader and the wire log's schema (unless
 # it is served or checked), the testing library, dataclasses.
-NOT_FOR_LAUNCH = ("inferris_dist.observe.page", "inferris_dist.wirelog.logread",
+NOT_FOR_LAUNCH = ("inferris_dist.page", "inferris_dist.wirelog.logread",
                   "inferris_dist.wirelog.schema", "inferris_dist.testing", "dataclasses", "inspect")
 
 

@@ -23,9 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferris_dist.observe.page import build_page, write_page
-from inferris_dist.observe.page.data import page_data
-from inferris_dist.observe.page.model import (
+from inferris_dist.page import build_page, write_page
+from inferris_dist.page.data import page_data
+from inferris_dist.page.model import (
     CHANGING,
     MAX_EPOCHS,
     MAX_MEMBERS,

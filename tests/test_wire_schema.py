@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from inferris_dist import page
 from inferris_dist.cli.cmd_inspect import EVENTS as INSPECTED
-from inferris_dist.observe import page
 from inferris_dist.wirelog.schema import EVENTS, MESSAGE, SchemaError, check_record
 from inferris_dist.wirelog.writer import CHECK_ENV, WireLog
 

@@ -361,7 +361,7 @@ class HtmlPage:
             return problem
         try:
             if problem is None or self._temp is None or os.path.getsize(self._temp):
-                from inferris_dist.observe.page import write_page
+                from inferris_dist.page import write_page
                 write_page(self.wire_log, self.path, title)
         except OSError as e:
             problem = problem or machine_failure(e, f"--html {self.path}")

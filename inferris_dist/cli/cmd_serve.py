@@ -2,7 +2,7 @@
 
 `serve` follows a wire log as it is written (as `tail -f` does), from any run (`launch
 --wire-log`, the library's `wire_log=`), until its end record, and serves the live page,
-/metrics, /health and /status (observe/live/server.py). After the end it says so and keeps
+/metrics, /health and /status (live/server.py). After the end it says so and keeps
 serving, until Ctrl-C or `--serve-linger` seconds.
 
 `launch --serve [HOST:]PORT` binds the address before any worker starts (a bad value, a
@@ -36,7 +36,7 @@ NICE = 10                    # launch's server: an observer, scheduled after the
 
 def listening_socket(value: str, flag: str = "--serve") -> socket.socket:
     """The socket `value` ([HOST:]PORT) names, bound and listening, or bad input."""
-    from inferris_dist.observe.live.server import AddressError, bind, parse_address
+    from inferris_dist.live.server import AddressError, bind, parse_address
     try:
         host, port = parse_address(value, flag)
     except AddressError as e:
@@ -50,7 +50,7 @@ def listening_socket(value: str, flag: str = "--serve") -> socket.socket:
 def announce(sock: socket.socket, what: str, linger: float | None) -> None:
     """Where the server is (stderr: --json stays clean), and a warning when it is reachable
     from elsewhere: nothing authenticates the page or /metrics."""
-    from inferris_dist.observe.live.server import is_loopback, url_of
+    from inferris_dist.live.server import is_loopback, url_of
     url = url_of(sock)
     after = ("it stops when the run has ended" if not linger else
              f"it stays {linger:g} s after the run ends") if linger is not None else \
@@ -66,9 +66,9 @@ def announce(sock: socket.socket, what: str, linger: float | None) -> None:
 
 def run_serve(args) -> int:
     """`inferris-dist serve WIRELOG` (and, with --fd, the server of a `launch --serve`)."""
-    from inferris_dist.observe.live.server import LiveServer, follow, is_loopback
-    from inferris_dist.observe.live.state import LiveState
-    from inferris_dist.observe.page import build_page, read_log
+    from inferris_dist.live.server import LiveServer, follow, is_loopback
+    from inferris_dist.live.state import LiveState
+    from inferris_dist.page import build_page, read_log
     from inferris_dist.wirelog.logread import LogFollower
     child = args.fd is not None
     if child:

@@ -550,7 +550,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_html(args) -> int:
-    from inferris_dist.observe.page import write_page
+    from inferris_dist.page import write_page
     write_page(args.wirelog, args.output, args.title)
     return EXIT_OK
 

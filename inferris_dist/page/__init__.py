@@ -54,8 +54,8 @@ from importlib import resources
 from typing import Any, Iterable
 
 from inferris_dist.engine import WorkloadError
-from inferris_dist.observe.page.data import page_data
-from inferris_dist.observe.page.model import BODY_BUDGET, KNOWN_EVENTS, MAX_REQUEST_LANES, Builder
+from inferris_dist.page.data import page_data
+from inferris_dist.page.model import BODY_BUDGET, KNOWN_EVENTS, MAX_REQUEST_LANES, Builder
 from inferris_dist.wirelog.logread import LogReader
 from inferris_dist.words import shown
 
