@@ -16,12 +16,12 @@ import pytest
 from hypothesis import given, settings
 
 from inferris_dist import testing
+from inferris_dist.chaos.exploring import shard_indices
+from inferris_dist.chaos.schedules import fault_kinds, random_workloads
 from inferris_dist.cli.main import main
 from inferris_dist.cli.workload_source import DEMO
 from inferris_dist.engine import load_workload
 from inferris_dist.protocol.faults import KINDS, parse_fault
-from inferris_dist.testing.exploring import shard_indices
-from inferris_dist.testing.schedules import fault_kinds, random_workloads
 
 from tests.helpers.external import CLI, ENV
 from tests.helpers.procs import leftover_workers

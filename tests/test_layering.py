@@ -49,9 +49,10 @@ PARTS = {   # a part -> the parts it may import (besides itself, the stdlib and 
     "scheduler": {"protocol", "observe", "wirelog", "engine", "launcher"},
     "page": {"engine", "wirelog", "words"},
     "live": {"engine", "protocol", "wirelog", "words", "page"},
+    "chaos": {"engine", "scheduler", "judge", "observe", "protocol", "launcher", "testing"},
     "testing": {"engine", "scheduler", "judge", "observe", "protocol", "launcher"},
     "cli": {"protocol", "rank", "observe", "wirelog", "words", "judge", "page", "live", "scheduler", "engine",
-            "launcher", "notes", "testing", "top"},                      # top: the package's __version__
+            "launcher", "notes", "chaos", "testing", "top"},  # top: the package's __version__
     "top": {"scheduler", "protocol", "engine", "testing"},   # __init__.py: lazy names for the library
 }
 

@@ -125,9 +125,9 @@ def _int_list(text: str) -> tuple[int, ...]:
 def run_chaos(args) -> int:
     if args.chaos_command == "merge":
         return run_merge(args.reports, args.merge_json)
-    from inferris_dist.testing.exploring import ChaosConfig, explore
-    from inferris_dist.testing.harness import Session
-    from inferris_dist.testing.schedules import parse_kind_weights, random_workloads
+    from inferris_dist.chaos.exploring import ChaosConfig, explore
+    from inferris_dist.chaos.harness import Session
+    from inferris_dist.chaos.schedules import parse_kind_weights, random_workloads
     if args.runs is not None and args.time is not None:
         raise UsageError("inferris-dist chaos: --runs and --time are exclusive: give one")
     if args.runs is not None and args.runs < 1:
@@ -195,8 +195,8 @@ def run_chaos(args) -> int:
 def shrink_breaks(report, config, session, args, out) -> None:
     """Shrink the first break of each class (at most --max-shrinks), write each reproducer and run
     it again; the result goes into the report's break."""
-    from inferris_dist.testing.shrinking import fresh_dir, shrink, write_reproducer
-    from inferris_dist.testing.verdicts import Break
+    from inferris_dist.chaos.shrinking import fresh_dir, shrink, write_reproducer
+    from inferris_dist.chaos.verdicts import Break
     chosen, classes = [], set()
     for b in report.breaks:
         if b.kind not in classes and len(chosen) < args.max_shrinks:
@@ -246,7 +246,7 @@ def _header(config, seed: int, drawn: bool, runs, seconds, shard) -> str:
 
 
 def _all_kinds():
-    from inferris_dist.testing.schedules import fault_kinds
+    from inferris_dist.chaos.schedules import fault_kinds
     return fault_kinds()
 
 
@@ -301,7 +301,7 @@ class Live(render.LiveLine):
 # -- merge ------------------------------------------------------------------------------------------
 
 def run_merge(paths: list[str], as_json: bool) -> int:
-    from inferris_dist.testing.exploring import Report, merge_reports
+    from inferris_dist.chaos.exploring import Report, merge_reports
     reports = []
     for path in paths:
         try:

@@ -61,7 +61,7 @@ _CHAOS = {name: module for module, names in (
 def __getattr__(name: str):
     if name in _CHAOS:
         import importlib
-        value = getattr(importlib.import_module(f"{__name__}.{_CHAOS[name]}"), name)
+        value = getattr(importlib.import_module(f"inferris_dist.chaos.{_CHAOS[name]}"), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

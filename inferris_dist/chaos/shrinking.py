@@ -28,10 +28,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
+from inferris_dist.chaos.schedules import Schedule, workload_key
+from inferris_dist.chaos.verdicts import Break
 from inferris_dist.engine import Workload, WorkloadError, load_workload
 from inferris_dist.protocol.faults import parse_fault
-from inferris_dist.testing.schedules import Schedule, workload_key
-from inferris_dist.testing.verdicts import Break
 
 DEFAULT_RERUNS = 5
 
@@ -310,7 +310,7 @@ def shrink(workload: Workload, schedule: Schedule, brk: Break, *, session=None,
             return session.run(c.workload, s).brk
         steps_of = (lambda w: session.reference(w, schedule.rung).steps)
     else:
-        from inferris_dist.testing.verdicts import reference_of
+        from inferris_dist.chaos.verdicts import reference_of
         steps_of = (lambda w: reference_of(w, schedule.rung).steps)
     original = Candidate(workload.with_config(world_size=schedule.world_size), tuple(schedule.faults),
                          schedule.world_size)

@@ -17,10 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
-from inferris_dist.engine import Workload, WorkloadError
-from inferris_dist.protocol.faults import POLICIES
-from inferris_dist.testing.harness import DEFAULT_STEP_TIMEOUT, Outcome, Session
-from inferris_dist.testing.schedules import (
+from inferris_dist.chaos.harness import DEFAULT_STEP_TIMEOUT, Outcome, Session
+from inferris_dist.chaos.schedules import (
     Schedule,
     draw_faults,
     fault_kinds,
@@ -28,6 +26,8 @@ from inferris_dist.testing.schedules import (
     parse_kind_weights,
     workload_key,
 )
+from inferris_dist.engine import Workload, WorkloadError
+from inferris_dist.protocol.faults import POLICIES
 
 REPORT_VERSION = 1
 

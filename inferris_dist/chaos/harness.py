@@ -22,12 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from inferris_dist.engine import Workload, WorkloadError
-from inferris_dist.launcher import Template
-from inferris_dist.launcher.rundir import PREFIX, short_roots
-from inferris_dist.testing import Run, run_on_processes
-from inferris_dist.testing.schedules import Schedule, workload_key
-from inferris_dist.testing.verdicts import (
+from inferris_dist.chaos.schedules import Schedule, workload_key
+from inferris_dist.chaos.verdicts import (
     Break,
     Reference,
     fired_faults,
@@ -35,6 +31,10 @@ from inferris_dist.testing.verdicts import (
     log_is_complete,
     reference_of,
 )
+from inferris_dist.engine import Workload, WorkloadError
+from inferris_dist.launcher import Template
+from inferris_dist.launcher.rundir import PREFIX, short_roots
+from inferris_dist.testing import Run, run_on_processes
 
 
 # -- the wire-log checkers ----------------------------------------------------------------------
