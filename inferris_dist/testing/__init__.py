@@ -33,13 +33,13 @@ shrinks a break to a reproducer; their names are loaded from here on first use.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 from inferris_dist.engine import CACHE, Engine, EngineError, State, Workload, load_workload, trace_dicts
 from inferris_dist.judge.check import check_log as check_history
+from inferris_dist.judge.promise import broken, comparable, first_difference, first_summary_difference, judge
 
 __all__ = ["InvariantBroken", "Run", "assert_holds", "check_history", "check_invariants", "comparable",
            "first_difference", "first_summary_difference", "judge", "reference", "run_on_processes",
@@ -65,13 +65,6 @@ def __getattr__(name: str):
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _shown(text: str) -> str:
-    """A string from outside made safe for a terminal: what is not printable shows escaped."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 # -- running ----------------------------------------------------------------------------------
@@ -134,38 +127,7 @@ def _workload(workload) -> Workload:
     return workload if isinstance(workload, Workload) else load_workload(workload)
 
 
-# -- judging ----------------------------------------------------------------------------------
-
-def comparable(lines: Iterable[dict]) -> list[dict]:
-    """Lines as runs are compared: an error line by its kind and step only (SPEC §4)."""
-    return [{"error": x["error"], "step": x.get("step")} if isinstance(x, dict) and "error" in x else x
-            for x in lines]
-
-
-def judge(local: list[dict], remote: list[dict], policy: str) -> dict:
-    """Whether `remote` (on processes) keeps `policy`'s promise against `local` (in process):
-    what was compared ("traces" or "summaries"), the steps on each side, the failed sides'
-    error objects, `holds`, and the first difference if it does not hold."""
-    steps = [sum(1 for line in lines if "step" in line and "error" not in line) for lines in (local, remote)]
-    failed = {side: lines[-1] for side, lines in (("in process", local), ("on processes", remote))
-              if lines and "error" in lines[-1]}
-    out = {"compared": "summaries" if policy == "recompute" else "traces",
-           "steps": {"in process": steps[0], "on processes": steps[1]},
-           "failed": dict(failed), "difference": None}
-    trace_diff = first_difference(local, remote)
-    if failed and not (len(failed) == 2 and trace_diff is None):
-        out["holds"] = False
-        return out
-    if out["compared"] == "traces" or failed:
-        out["holds"] = trace_diff is None
-        out["difference"] = trace_diff
-        return out
-    summary_diff = first_summary_difference(local[-1].get("summary", []), remote[-1].get("summary", []))
-    out["holds"] = summary_diff is None
-    out["difference"] = summary_diff
-    out["traces_identical"] = trace_diff is None
-    return out
-
+# -- judging (judge/promise.py) ---------------------------------------------------------------
 
 def assert_holds(local: list[dict], run: Run | list[dict], policy: str | None = None) -> dict:
     """Assert `run` keeps its policy's promise against the in-process `local` lines; the verdict.
@@ -173,48 +135,10 @@ def assert_holds(local: list[dict], run: Run | list[dict], policy: str | None = 
     remote = run.lines if isinstance(run, Run) else run
     policy = policy or (run.policy if isinstance(run, Run) else "abort")
     verdict = judge(local, remote, policy)
-    if not verdict["holds"]:
-        failed = "; ".join(f"{side}: {json.dumps(err)}" for side, err in verdict["failed"].items())
-        raise AssertionError(f"{policy} does not keep its promise ({verdict['compared']}): "
-                             f"{verdict['difference'] or 'a run failed'}{'; ' + failed if failed else ''}")
+    said = broken(verdict, policy)
+    if said is not None:
+        raise AssertionError(said)
     return verdict
-
-
-def first_difference(a: list[dict], b: list[dict]) -> str | None:
-    """The first line where `a` (in process) and `b` (on processes) differ, in words; an error
-    line compares by its kind and step."""
-    for i, (x, y) in enumerate(zip(comparable(a), comparable(b))):
-        if x != y:
-            where = f"step {x['step']}" if "step" in x else f"line {i + 1}"
-            return f"{where}, {_first_field(x, y)}"
-    if len(a) != len(b):
-        return f"in process {len(a)} lines, on processes {len(b)} lines"
-    return None
-
-
-def first_summary_difference(a: list[dict], b: list[dict]) -> str | None:
-    """The first request whose summary differs (its state, tokens generated, positions
-    computed, finish reason: recompute changes the steps, never these)."""
-    by_id = {r.get("request_id"): r for r in b}
-    for r in a:
-        other = by_id.get(r.get("request_id"))
-        if other is None:
-            return f"request {_shown(str(r.get('request_id')))}: missing on processes"
-        differs = _first_field(r, other)
-        if differs is not None:
-            return f"request {_shown(str(r.get('request_id')))}, {differs}"
-    if len(a) != len(b):
-        return f"in process {len(a)} requests, on processes {len(b)}"
-    return None
-
-
-def _first_field(x: dict, y: dict) -> str | None:
-    """The first field two objects disagree on, both values shown (None: they agree)."""
-    for key in dict.fromkeys([*x, *y]):
-        if x.get(key) != y.get(key):
-            return (f"field {key!r}: in process {json.dumps(x.get(key))}, "
-                    f"on processes {json.dumps(y.get(key))}")
-    return None
 
 
 # -- the control plane's bookkeeping ----------------------------------------------------------
