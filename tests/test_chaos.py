@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 
-from inferris_dist import testing
+from inferris_dist.chaos import ChaosConfig, explore, schedule_at
 from inferris_dist.chaos.exploring import shard_indices
 from inferris_dist.chaos.schedules import fault_kinds, random_workloads
 from inferris_dist.cli.main import main
@@ -43,8 +43,8 @@ def table(out: str) -> dict[str, list[tuple[int, int]]]:
             for m in TABLE_ROW.finditer(out)}
 
 
-def demo_config(seed: int, **kw) -> testing.ChaosConfig:
-    return testing.ChaosConfig([("demo", load_workload(DEMO))], seed=seed, **kw)
+def demo_config(seed: int, **kw) -> ChaosConfig:
+    return ChaosConfig([("demo", load_workload(DEMO))], seed=seed, **kw)
 
 
 # -- exploring ------------------------------------------------------------------------------------
@@ -71,10 +71,10 @@ def test_forty_schedules_at_both_rungs_under_restore_and_recompute_all_hold(tmp_
 def test_the_same_seed_draws_the_same_schedules_whoever_draws_them():
     def steps(w, r):
         return 6
-    a = [testing.schedule_at(demo_config(5), i, steps) for i in range(60)]
-    b = [testing.schedule_at(demo_config(5), i, steps) for i in reversed(range(60))][::-1]
+    a = [schedule_at(demo_config(5), i, steps) for i in range(60)]
+    b = [schedule_at(demo_config(5), i, steps) for i in reversed(range(60))][::-1]
     assert a == b                                                # independent of the order drawn
-    assert a != [testing.schedule_at(demo_config(6), i, steps) for i in range(60)]
+    assert a != [schedule_at(demo_config(6), i, steps) for i in range(60)]
     kinds = fault_kinds()
     for s in a:
         assert 1 <= len(s.faults) <= 3 and len(set(s.faults)) == len(s.faults)
@@ -91,7 +91,7 @@ def test_kinds_and_what_each_takes_are_read_from_the_fault_grammar():
     kinds = fault_kinds()
     assert list(kinds) == list(KINDS)
     assert kinds["delay"].arg == "seconds" and kinds["crash"].arg is None
-    s = testing.schedule_at(demo_config(1, kinds={"delay": 1.0}, max_faults=3), 0, lambda w, r: 6)
+    s = schedule_at(demo_config(1, kinds={"delay": 1.0}, max_faults=3), 0, lambda w, r: 6)
     assert all(re.fullmatch(r"(\d|all):delay@\d\+?:[\d.]+", f) for f in s.faults), s.faults
 
 
@@ -105,7 +105,7 @@ def test_every_schedule_the_strategy_draws_is_valid_input(faults):
 @pytest.mark.procs
 def test_a_time_bound_ends_the_exploration_after_the_run_in_progress():
     started = time.monotonic()
-    report = testing.explore(demo_config(2, kinds={"duplicate": 1.0}), seconds=0.5)
+    report = explore(demo_config(2, kinds={"duplicate": 1.0}), seconds=0.5)
     assert report.runs >= 1 and not report.breaks
     assert time.monotonic() - started < 10
     assert report.to_json()["config"]["time"] == 0.5 and report.to_json()["config"]["schedules"] is None

@@ -13,8 +13,10 @@ prefixes (every module, every import, those inside functions too):
     scheduler         protocol, observe, wirelog, engine, launcher
     page              wirelog, words, engine (the offline page of a wire log)
     live              page, wirelog, words, protocol, engine (a run watched as it runs)
-    testing           engine, scheduler, judge, observe, protocol, launcher (the public API for a user's
-                      fault tests, and chaos: schedules, the run harness, the judge, the shrinker)
+    chaos             engine, scheduler, judge, observe, protocol, launcher (schedules drawn from a
+                      seed, run on processes, judged, a break shrunk to a reproducer)
+    testing           engine, chaos, judge (the public API for a user's fault tests: a thin face on
+                      the rooms that do the work)
     cli               anything
 
 so no arrow runs back up and there is no circle between the parts. A freshly started worker
@@ -49,8 +51,8 @@ PARTS = {   # a part -> the parts it may import (besides itself, the stdlib and 
     "scheduler": {"protocol", "observe", "wirelog", "engine", "launcher"},
     "page": {"engine", "wirelog", "words"},
     "live": {"engine", "protocol", "wirelog", "words", "page"},
-    "chaos": {"engine", "scheduler", "judge", "observe", "protocol", "launcher", "testing"},
-    "testing": {"engine", "scheduler", "judge", "observe", "protocol", "launcher"},
+    "chaos": {"engine", "scheduler", "judge", "observe", "protocol", "launcher"},
+    "testing": {"engine", "chaos", "judge"},
     "cli": {"protocol", "rank", "observe", "wirelog", "words", "judge", "page", "live", "scheduler", "engine",
             "launcher", "notes", "chaos", "testing", "top"},  # top: the package's __version__
     "top": {"scheduler", "protocol", "engine", "testing"},   # __init__.py: lazy names for the library

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from inferris_dist.chaos.runs import Run, run_on_processes
 from inferris_dist.chaos.schedules import Schedule, workload_key
 from inferris_dist.chaos.verdicts import (
     Break,
@@ -34,7 +35,6 @@ from inferris_dist.chaos.verdicts import (
 from inferris_dist.engine import Workload, WorkloadError
 from inferris_dist.launcher import Template
 from inferris_dist.launcher.rundir import PREFIX, short_roots
-from inferris_dist.testing import Run, run_on_processes
 
 
 # -- the wire-log checkers ----------------------------------------------------------------------

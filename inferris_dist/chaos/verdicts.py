@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from inferris_dist.chaos.runs import Run
 from inferris_dist.engine import Engine, Workload
 from inferris_dist.engine.trace import StepTrace
 from inferris_dist.judge.promise import STEP_FAILURES, comparable, error_said, first_difference, judge
 from inferris_dist.protocol.faults import Fault, parse_fault
-from inferris_dist.testing import Run
 
 BREAK_KINDS = ("differs", "failed", "steps-before", "failure-kind", "blame", "wire-log", "counters",
                "leftover", "run-dir", "crashed")

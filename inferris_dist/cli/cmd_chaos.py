@@ -1,6 +1,6 @@
 """`inferris-dist chaos`: fault schedules drawn from a seed, run on real processes, each judged by
 its policy's promise; a break shrunk to a reproducer. `inferris-dist chaos merge`: shards' reports
-joined. The exploring, judging and shrinking are inferris_dist.testing's (docs/chaos.md)."""
+joined. The exploring, judging and shrinking are inferris_dist.chaos's (docs/chaos.md)."""
 from __future__ import annotations
 
 import argparse
