@@ -21,7 +21,7 @@ from inferris_dist.chaos.schedules import fault_kinds, random_workloads
 from inferris_dist.cli.main import main
 from inferris_dist.cli.workload_source import DEMO
 from inferris_dist.engine import load_workload
-from inferris_dist.protocol.faults import KINDS, parse_fault
+from inferris_dist.protocol.faults import KINDS, Fault, parse_fault
 
 from tests.helpers.external import CLI, ENV
 from tests.helpers.procs import leftover_workers
@@ -100,6 +100,20 @@ def test_kinds_and_what_each_takes_are_read_from_the_fault_grammar():
 def test_every_schedule_the_strategy_draws_is_valid_input(faults):
     for spec in faults:
         assert parse_fault(spec, 4).step < 6
+
+
+@settings(max_examples=40, deadline=None)
+@given(fault_schedules(world_size=4, steps=6))
+def test_a_fault_written_from_its_fields_reads_back_as_the_same_fault(faults):
+    """Fault.format is what the shrinker writes when it moves a fault: Fault.parse reads it back
+    to the same fault, moved or not, and a drawn fault is written as it was drawn."""
+    for spec in faults:
+        fault = Fault.parse(spec, 4)
+        assert fault.format() == spec
+        for moved in (fault._replace(step=0), fault._replace(rank=0),
+                      fault._replace(repeat=not fault.repeat)):
+            again = Fault.parse(moved.format(), 4)
+            assert again == moved._replace(text=moved.format())
 
 
 @pytest.mark.procs

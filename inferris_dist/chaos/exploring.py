@@ -27,7 +27,7 @@ from inferris_dist.chaos.schedules import (
     workload_key,
 )
 from inferris_dist.engine import Workload, WorkloadError
-from inferris_dist.protocol.faults import POLICIES
+from inferris_dist.protocol.faults import POLICIES, kind_of
 
 REPORT_VERSION = 1
 
@@ -166,7 +166,7 @@ class Report:
         self.runs += 1
         self.held += outcome.held
         self.last = s
-        for kind in dict.fromkeys(_kind_of(f) for f in s.faults):
+        for kind in dict.fromkeys(kind_of(f) for f in s.faults):
             cell = self.cells.setdefault((kind, s.policy, s.rung), [0, 0])
             cell[0] += 1
             cell[1] += not outcome.held
@@ -219,10 +219,6 @@ class Report:
         except (KeyError, TypeError, ValueError) as e:
             raise WorkloadError(f"a report with a missing or bad field ({type(e).__name__}: {e})") from None
         return report
-
-
-def _kind_of(spec: str) -> str:
-    return spec.split(":", 1)[1].split("@", 1)[0]
 
 
 def explore(config: ChaosConfig, *, runs: int | None = None, seconds: float | None = None,
