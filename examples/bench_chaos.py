@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from inferris_dist import testing
+from inferris_dist import chaos
 from inferris_dist.cli.workload_source import DEMO
 from inferris_dist.engine import load_workload
 
@@ -30,7 +30,7 @@ from inferris_dist.engine import load_workload
 def chaos_way(workload, schedules, step_timeout: float) -> tuple[float, int, list]:
     """Every schedule in one session; (seconds, held, outcomes)."""
     started = time.perf_counter()
-    with testing.Session(step_timeout=step_timeout) as session:
+    with chaos.Session(step_timeout=step_timeout) as session:
         outcomes = [session.run(workload, s) for s in schedules]
     return time.perf_counter() - started, sum(o.held for o in outcomes), outcomes
 
@@ -64,11 +64,11 @@ def one_run_apart(workload, world_size: int, step_timeout: float) -> list[tuple[
     """A fault-free run's time by part, from its wire log: start-up (fork and handshake of every
     worker), the steps, and the stop (every worker asked to stop and gone)."""
     import tempfile
-    with tempfile.TemporaryDirectory() as tmp, testing.Session(step_timeout=step_timeout) as session:
-        session.run(workload, testing.Schedule(0, "warm", "full", "restore", world_size, ()))
+    with tempfile.TemporaryDirectory() as tmp, chaos.Session(step_timeout=step_timeout) as session:
+        session.run(workload, chaos.Schedule(0, "warm", "full", "restore", world_size, ()))
         log = os.path.join(tmp, "w.jsonl")
         started = time.monotonic()
-        testing.run_on_processes(workload, (), "restore", world_size=world_size, wire_log=log,
+        chaos.run_on_processes(workload, (), "restore", world_size=world_size, wire_log=log,
                                  template=session.shared_template(), step_timeout=step_timeout)
         ended = time.monotonic()
         lines = [json.loads(x) for x in open(log)]
@@ -97,10 +97,10 @@ def main() -> int:
             with open(spec, "w") as f:
                 json.dump(DEMO, f)
         workload = load_workload(spec).with_config(world_size=args.world_size)
-        config = testing.ChaosConfig([("demo", workload)], seed=args.seed, policies=("restore",),
+        config = chaos.ChaosConfig([("demo", workload)], seed=args.seed, policies=("restore",),
                                      step_timeout=args.step_timeout)
-        steps = testing.reference_of(workload).steps
-        schedules = [testing.schedule_at(config, i, lambda w, r: steps) for i in range(args.schedules)]
+        steps = chaos.reference_of(workload).steps
+        schedules = [chaos.schedule_at(config, i, lambda w, r: steps) for i in range(args.schedules)]
         chaos_s, chaos_held, outcomes = chaos_way(workload, schedules, args.step_timeout)
         loop = schedules[:args.loop]
         loop_s, loop_held = loop_way(spec, loop, args.step_timeout) if loop else (0.0, 0)

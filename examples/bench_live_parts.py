@@ -19,8 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import Histogram as ClientHistogram
 
-from inferris_dist.observe.live.server import HEAD_SECONDS, MAX_HEAD
-from inferris_dist.observe.live.state import RTT_BUCKETS, Histogram
+from inferris_dist.live.server import HEAD_SECONDS, MAX_HEAD
+from inferris_dist.live.state import RTT_BUCKETS, Histogram
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -42,7 +42,7 @@ LOGS = {           # name: (what it is, its writer given a path and how many res
 }
 BUILD = """
 import resource, sys, time
-from inferris_dist.observe.page import write_page
+from inferris_dist.page import write_page
 started = time.perf_counter()
 write_page(sys.argv[1], sys.argv[2])
 print(time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)

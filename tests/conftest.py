@@ -8,7 +8,7 @@ the marker's own `left_within`, fails the test and is killed: tests.helpers.proc
 `leftover_workers`, the one leftover check of the suite.
 
 Every wire log written while the tests run is checked against its schema as it is written
-(observe/schema.py): in this process and in every process the tests start, so a writer that
+(wirelog/schema.py): in this process and in every process the tests start, so a writer that
 drifts from the schema fails the test that made it write.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from inferris_dist.observe.records import CHECK_ENV
+from inferris_dist.wirelog.writer import CHECK_ENV
 
 from tests.helpers.external import ENV, keys_for, stop_all
 from tests.helpers.procs import LEFT_WITHIN, leftover_workers

@@ -23,7 +23,6 @@ import zmq
 
 from inferris_dist.engine import ItemOutcome, load_workload, run_workload
 from inferris_dist.observe.recorder import Recorder
-from inferris_dist.observe.records import WireLog
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.faults import parse_faults
 from inferris_dist.protocol.wire import MsgType, WireError
@@ -34,6 +33,7 @@ from inferris_dist.scheduler.group import ProcessGroup
 from inferris_dist.scheduler.handshake import Admission
 from inferris_dist.scheduler.members import Spawned
 from inferris_dist.scheduler.options import LaunchOptions
+from inferris_dist.wirelog.writer import WireLog
 
 from tests.helpers.external import golden_workload
 from tests.helpers.procs import wait_until

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 
-from inferris_dist import testing
+from inferris_dist.chaos import ChaosConfig, explore, schedule_at
+from inferris_dist.chaos.exploring import shard_indices
+from inferris_dist.chaos.schedules import fault_kinds, random_workloads
 from inferris_dist.cli.main import main
 from inferris_dist.cli.workload_source import DEMO
 from inferris_dist.engine import load_workload
-from inferris_dist.protocol.faults import KINDS, parse_fault
-from inferris_dist.testing.exploring import shard_indices
-from inferris_dist.testing.schedules import fault_kinds, random_workloads
+from inferris_dist.protocol.faults import KINDS, Fault, parse_fault
 
 from tests.helpers.external import CLI, ENV
 from tests.helpers.procs import leftover_workers
@@ -43,8 +43,8 @@ def table(out: str) -> dict[str, list[tuple[int, int]]]:
             for m in TABLE_ROW.finditer(out)}
 
 
-def demo_config(seed: int, **kw) -> testing.ChaosConfig:
-    return testing.ChaosConfig([("demo", load_workload(DEMO))], seed=seed, **kw)
+def demo_config(seed: int, **kw) -> ChaosConfig:
+    return ChaosConfig([("demo", load_workload(DEMO))], seed=seed, **kw)
 
 
 # -- exploring ------------------------------------------------------------------------------------
@@ -71,10 +71,10 @@ def test_forty_schedules_at_both_rungs_under_restore_and_recompute_all_hold(tmp_
 def test_the_same_seed_draws_the_same_schedules_whoever_draws_them():
     def steps(w, r):
         return 6
-    a = [testing.schedule_at(demo_config(5), i, steps) for i in range(60)]
-    b = [testing.schedule_at(demo_config(5), i, steps) for i in reversed(range(60))][::-1]
+    a = [schedule_at(demo_config(5), i, steps) for i in range(60)]
+    b = [schedule_at(demo_config(5), i, steps) for i in reversed(range(60))][::-1]
     assert a == b                                                # independent of the order drawn
-    assert a != [testing.schedule_at(demo_config(6), i, steps) for i in range(60)]
+    assert a != [schedule_at(demo_config(6), i, steps) for i in range(60)]
     kinds = fault_kinds()
     for s in a:
         assert 1 <= len(s.faults) <= 3 and len(set(s.faults)) == len(s.faults)
@@ -91,7 +91,7 @@ def test_kinds_and_what_each_takes_are_read_from_the_fault_grammar():
     kinds = fault_kinds()
     assert list(kinds) == list(KINDS)
     assert kinds["delay"].arg == "seconds" and kinds["crash"].arg is None
-    s = testing.schedule_at(demo_config(1, kinds={"delay": 1.0}, max_faults=3), 0, lambda w, r: 6)
+    s = schedule_at(demo_config(1, kinds={"delay": 1.0}, max_faults=3), 0, lambda w, r: 6)
     assert all(re.fullmatch(r"(\d|all):delay@\d\+?:[\d.]+", f) for f in s.faults), s.faults
 
 
@@ -102,10 +102,24 @@ def test_every_schedule_the_strategy_draws_is_valid_input(faults):
         assert parse_fault(spec, 4).step < 6
 
 
+@settings(max_examples=40, deadline=None)
+@given(fault_schedules(world_size=4, steps=6))
+def test_a_fault_written_from_its_fields_reads_back_as_the_same_fault(faults):
+    """Fault.format is what the shrinker writes when it moves a fault: Fault.parse reads it back
+    to the same fault, moved or not, and a drawn fault is written as it was drawn."""
+    for spec in faults:
+        fault = Fault.parse(spec, 4)
+        assert fault.format() == spec
+        for moved in (fault._replace(step=0), fault._replace(rank=0),
+                      fault._replace(repeat=not fault.repeat)):
+            again = Fault.parse(moved.format(), 4)
+            assert again == moved._replace(text=moved.format())
+
+
 @pytest.mark.procs
 def test_a_time_bound_ends_the_exploration_after_the_run_in_progress():
     started = time.monotonic()
-    report = testing.explore(demo_config(2, kinds={"duplicate": 1.0}), seconds=0.5)
+    report = explore(demo_config(2, kinds={"duplicate": 1.0}), seconds=0.5)
     assert report.runs >= 1 and not report.breaks
     assert time.monotonic() - started < 10
     assert report.to_json()["config"]["time"] == 0.5 and report.to_json()["config"]["schedules"] is None

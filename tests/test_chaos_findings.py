@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from inferris_dist import testing
+from inferris_dist import chaos
 from inferris_dist.cli.workload_source import DEMO
 from inferris_dist.engine import load_workload
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.procs]
 
 def breaks(workload, faults, policy="restore", rung="full", world_size=4, max_restarts=3):
-    with testing.Session(step_timeout=0.25) as session:
-        return session.run(load_workload(workload), testing.Schedule(0, "finding", rung, policy, world_size,
+    with chaos.Session(step_timeout=0.25) as session:
+        return session.run(load_workload(workload), chaos.Schedule(0, "finding", rung, policy, world_size,
                                                                      tuple(faults)),
                            max_restarts=max_restarts).brk
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferris_dist import testing
+from inferris_dist import chaos
 from inferris_dist.cli.workload_source import DEMO
 from inferris_dist.engine import load_workload
 from inferris_dist.protocol.faults import parse_fault
@@ -22,12 +22,12 @@ def found_and_shrunk(engine_class, policy: str, kinds: dict, seed: int = 0):
     """Explore the demo under `policy` with the plant until the first break (at most RUNS runs),
     then shrink it; (the break, the shrunk result)."""
     workload = load_workload(DEMO)
-    config = testing.ChaosConfig([("demo", workload)], seed=seed, policies=(policy,), kinds=kinds)
-    with testing.Session(step_timeout=config.step_timeout, engine_class=engine_class) as session:
-        report = testing.explore(config, runs=RUNS, session=session, stop_on_break=True)
+    config = chaos.ChaosConfig([("demo", workload)], seed=seed, policies=(policy,), kinds=kinds)
+    with chaos.Session(step_timeout=config.step_timeout, engine_class=engine_class) as session:
+        report = chaos.explore(config, runs=RUNS, session=session, stop_on_break=True)
         assert report.breaks, f"no break in {report.runs} runs"
         found = report.breaks[0]
-        shrunk = testing.shrink(workload, found.schedule, testing.Break(found.kind, found.reason),
+        shrunk = chaos.shrink(workload, found.schedule, chaos.Break(found.kind, found.reason),
                                 session=session, max_runs=40, max_seconds=30)
     return found, shrunk
 
@@ -65,7 +65,7 @@ def test_an_abort_that_blames_the_neighbour_is_found_and_shrunk_to_one_crash_on_
 
 def test_the_same_schedules_hold_without_the_plant():
     workload = load_workload(DEMO)
-    config = testing.ChaosConfig([("demo", workload)], seed=0, policies=("restore", "abort"),
+    config = chaos.ChaosConfig([("demo", workload)], seed=0, policies=("restore", "abort"),
                                  kinds={"crash": 1, "duplicate": 1, "stale": 1})
-    report = testing.explore(config, runs=8)
+    report = chaos.explore(config, runs=8)
     assert report.runs == 8 and not report.breaks, [str(b.schedule) + ": " + b.reason for b in report.breaks]

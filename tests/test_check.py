@@ -34,8 +34,8 @@ from inferris_dist.engine import WorkloadError, load_workload
 from inferris_dist.engine.boundary import validate
 from inferris_dist.engine.errors import BoundaryViolation
 from inferris_dist.engine.messages import ExecutionPlan, ExecutionResult, ItemOutcome, PlanItem
-from inferris_dist.observe.check import check_log
-from inferris_dist.observe.records import workload_fields
+from inferris_dist.judge.check import check_log
+from inferris_dist.wirelog.writer import workload_fields
 
 from tests.helpers.external import CLI, ENV, GOLDEN, REPO
 

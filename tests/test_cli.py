@@ -366,9 +366,9 @@ def test_every_command_is_a_module_with_its_flags_and_its_run(capsys):
 def test_launch_like_defaults_are_the_libraries():
     """A flag of a run on processes defaults to LaunchOptions' field (the library's), shown so
     in --help; chaos's step timeout is the chaos harness's."""
+    from inferris_dist.chaos.harness import DEFAULT_STEP_TIMEOUT
     from inferris_dist.cli.main import build_parser
     from inferris_dist.scheduler.options import LaunchOptions
-    from inferris_dist.testing.harness import DEFAULT_STEP_TIMEOUT
     library = LaunchOptions()
     shared = ("step_timeout", "max_restarts", "audit_every", "on_rank_loss", "exec_cost")
     for argv, fields in ((["launch"], shared + ("join_timeout", "rejoin_timeout")), (["compare"], shared)):

@@ -5,10 +5,18 @@ prefixes (every module, every import, those inside functions too):
     launcher          nothing of ours
     protocol          engine, and itself
     rank              protocol and engine (a rank loads nothing of the control plane)
-    observe           protocol and engine
-    scheduler         protocol, observe, engine, launcher
-    testing           engine, scheduler, observe, protocol, launcher (the public API for a user's
-                      fault tests, and chaos: schedules, the run harness, the judge, the shrinker)
+    words             engine (how a run is said in text: shared by the readers and the command line)
+    wirelog           protocol, engine, words (the wire log's schema, writer and reader)
+    observe           wirelog, protocol and engine
+    judge             wirelog, words, protocol, engine (what a policy promises, a recorded
+                      history checked, the control plane's invariants: judged, nothing run)
+    scheduler         protocol, observe, wirelog, engine, launcher
+    page              wirelog, words, engine (the offline page of a wire log)
+    live              page, wirelog, words, protocol, engine (a run watched as it runs)
+    chaos             engine, scheduler, judge, observe, protocol, launcher (schedules drawn from a
+                      seed, run on processes, judged, a break shrunk to a reproducer)
+    testing           engine, chaos, judge (the public API for a user's fault tests: a thin face on
+                      the rooms that do the work)
     cli               anything
 
 so no arrow runs back up and there is no circle between the parts. A freshly started worker
@@ -36,12 +44,19 @@ PARTS = {   # a part -> the parts it may import (besides itself, the stdlib and 
     "launcher": set(),
     "protocol": {"engine"},
     "rank": {"protocol", "engine"},
-    "observe": {"protocol", "engine"},
-    "scheduler": {"protocol", "observe", "engine", "launcher"},
-    "testing": {"engine", "scheduler", "observe", "protocol", "launcher"},
-    "conform": {"engine", "scheduler", "observe", "protocol", "launcher", "testing"},
-    "cli": {"protocol", "rank", "observe", "scheduler", "engine", "launcher", "notes", "testing",
-            "conform", "top"},                                              # top: the package's __version__
+    "words": {"engine"},
+    "wirelog": {"protocol", "engine", "words"},
+    "observe": {"protocol", "engine", "wirelog"},
+    "judge": {"protocol", "engine", "wirelog", "words"},
+    "scheduler": {"protocol", "observe", "wirelog", "engine", "launcher"},
+    "page": {"engine", "wirelog", "words"},
+    "live": {"engine", "protocol", "wirelog", "words", "page"},
+    "chaos": {"engine", "scheduler", "judge", "observe", "protocol", "launcher"},
+    "testing": {"engine", "chaos", "judge"},
+    "conform": {"engine", "scheduler", "observe", "wirelog", "words", "judge", "protocol", "launcher",
+                "chaos", "testing"},
+    "cli": {"protocol", "rank", "observe", "wirelog", "words", "judge", "page", "live", "scheduler", "engine",
+            "launcher", "notes", "chaos", "testing", "conform", "top"},  # top: the package's __version__
     "top": {"scheduler", "protocol", "engine", "testing"},   # __init__.py: lazy names for the library
 }
 
@@ -159,13 +174,13 @@ def test_a_fresh_worker_loads_only_what_a_rank_needs():
 # What `run` (the engine in this process) has no use for: the page, inspect's log reader, the
 # control plane on processes, the wire and its libraries; and dataclasses, which cost 11 ms to load
 # (inspect most of it) and a millisecond a class.
-NOT_FOR_RUN = ("inferris_dist.observe.page", "inferris_dist.observe.logread", "inferris_dist.observe.schema",
+NOT_FOR_RUN = ("inferris_dist.page", "inferris_dist.wirelog.logread", "inferris_dist.wirelog.schema",
                "inferris_dist.scheduler", "inferris_dist.launcher", "inferris_dist.protocol.wire",
                "zmq", "msgpack", "dataclasses", "inspect")
 # What a launch has no use for: the page, inspect's log reader and the wire log's schema (unless
 # it is served or checked), the testing library, dataclasses.
-NOT_FOR_LAUNCH = ("inferris_dist.observe.page", "inferris_dist.observe.logread",
-                  "inferris_dist.observe.schema", "inferris_dist.testing", "dataclasses", "inspect")
+NOT_FOR_LAUNCH = ("inferris_dist.page", "inferris_dist.wirelog.logread",
+                  "inferris_dist.wirelog.schema", "inferris_dist.testing", "dataclasses", "inspect")
 
 
 def loaded_by_command(argv: list[str]) -> tuple[int, set[str], str]:

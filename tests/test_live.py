@@ -1,4 +1,4 @@
-"""Watching a run live: `launch --serve`, `inferris-dist serve WIRELOG` (observe/live, cli/cmd_serve).
+"""Watching a run live: `launch --serve`, `inferris-dist serve WIRELOG` (inferris_dist/live, cli/cmd_serve).
 
 Without processes:
 1. a --serve value is parsed as [HOST:]PORT, and what is no address is refused with the reason;
@@ -40,10 +40,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferris_dist.observe.live import prom, server
-from inferris_dist.observe.live.server import AddressError, LiveServer, parse_address
-from inferris_dist.observe.live.state import LiveState
-from inferris_dist.observe.logread import LogFollower
+from inferris_dist.live import prom, server
+from inferris_dist.live.server import AddressError, LiveServer, parse_address
+from inferris_dist.live.state import LiveState
+from inferris_dist.wirelog.logread import LogFollower
 
 from tests.helpers.external import CLI, ENV, REPO, Lines, serving_spec
 from tests.helpers.procs import wait_until
@@ -559,15 +559,15 @@ def test_the_live_page_in_a_browser(tmp_path):
 def test_the_live_script_is_the_pages_first(tmp_path):
     """A live page holds live.js and page.js in one script element, allowed by their hash, and
     the policy allows connections to where the page came from only; a page for a file none."""
-    from inferris_dist.observe.page import asset, page_html
-    from inferris_dist.observe.page.data import page_data
-    from inferris_dist.observe.page.model import Builder
+    from inferris_dist.page import asset, page_html
+    from inferris_dist.page.data import page_data
+    from inferris_dist.page.model import Builder
     data = page_data(Builder(), "t", [])
     live, still = page_html(data, "t", live=True), page_html(data, "t")
     assert asset("live.js") + asset("page.js") in live and asset("live.js") not in still
     assert "connect-src 'self'" in live and "connect-src 'none'" in still
     if shutil.which("node"):
-        done = subprocess.run(["node", "--check", str(REPO / "inferris_dist/observe/page/live.js")],
+        done = subprocess.run(["node", "--check", str(REPO / "inferris_dist/page/live.js")],
                               capture_output=True, text=True, timeout=30)
         assert done.returncode == 0, done.stderr
 

@@ -1,4 +1,4 @@
-"""The one reader of wire logs (inferris_dist/observe/logread.py), in its two modes:
+"""The one reader of wire logs (inferris_dist/wirelog/logread.py), in its two modes:
 
 1. strict: the first line that is no record refuses the log, one line naming the file and
    the line; a consumer refuses a record the same way; a last line cut short is left out
@@ -15,7 +15,7 @@ import os
 import pytest
 
 from inferris_dist.engine import WorkloadError
-from inferris_dist.observe.logread import LogReader
+from inferris_dist.wirelog.logread import LogReader
 
 pytestmark = [pytest.mark.timeout(30)]
 

@@ -8,7 +8,7 @@ Without a browser:
 3. bad input to `html` (no such file, not a wire log, an output that cannot be written, the
    log as its own output) is one line on stderr and exit status 2;
 4. a 10,000-step, 16-rank log gives a page of bounded size;
-5. the page's own files (observe/page: page.html, page.css, page.js) are put in whole, the
+5. the page's own files (inferris_dist/page: page.html, page.css, page.js) are put in whole, the
    policy allowing the style and the script by their hashes, and the script parses
    (`node --check`, skipped with the reason where node is not installed).
 
@@ -34,8 +34,8 @@ from pathlib import Path
 
 import pytest
 
-from inferris_dist.observe import page as page_module
-from inferris_dist.observe.page import build_page, read_log, write_page
+from inferris_dist import page as page_module
+from inferris_dist.page import build_page, read_log, write_page
 
 from tests.helpers.external import CLI, ENV, GOLDEN, REPO
 
@@ -668,7 +668,7 @@ def test_what_the_link_did_is_marked_on_the_ranks_lane(linked):
 def test_every_kind_of_mark_has_its_budget(tmp_path):
     """A link fault on every message cannot crowd the loss out of the page: each kind of mark
     has its own budget, and what is past it is counted in a note, by kind."""
-    from inferris_dist.observe.page.model import MARK_BUDGET, MARKS
+    from inferris_dist.page.model import MARK_BUDGET, MARKS
     assert set(MARK_BUDGET) == set(MARKS)
     n = MARK_BUDGET["link"] + 300
     records = [{"t": 1.0, "event": "run", "name": "flood", "world_size": 1, "rung": "full", "policy": "abort",

@@ -23,9 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferris_dist.observe.page import build_page, write_page
-from inferris_dist.observe.page.data import page_data
-from inferris_dist.observe.page.model import (
+from inferris_dist.page import build_page, write_page
+from inferris_dist.page.data import page_data
+from inferris_dist.page.model import (
     CHANGING,
     MAX_EPOCHS,
     MAX_MEMBERS,
@@ -38,7 +38,7 @@ from inferris_dist.observe.page.model import (
     Builder,
     runs,
 )
-from inferris_dist.observe.schema import check_record
+from inferris_dist.wirelog.schema import check_record
 
 from tests.helpers.external import CLI, ENV, GOLDEN, REPO
 from tests.helpers.pagelogs import HUGE, hostile_numbers, lanes_log, restarts_log

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from inferris_dist.observe.page import build_page, write_page
-from inferris_dist.observe.page.model import CHANGING, SEGMENT_BUDGET
+from inferris_dist.page import build_page, write_page
+from inferris_dist.page.model import CHANGING, SEGMENT_BUDGET
 
 from tests.helpers.external import ENV, REPO
 from tests.helpers.pagelogs import hostile_numbers, lanes_log, restarts_log
@@ -117,7 +117,7 @@ def lanes(tmp_path_factory) -> tuple[Path, Path, float, int]:
     state at every step for 40,000 steps, the page built in a process of its own."""
     tmp = tmp_path_factory.mktemp("lanes")
     log, out = lanes_log(tmp / "lanes.log", 200, 40_000), tmp / "lanes.html"
-    build = ("import resource, sys, time\nfrom inferris_dist.observe.page import write_page\n"
+    build = ("import resource, sys, time\nfrom inferris_dist.page import write_page\n"
              "t = time.perf_counter()\nwrite_page(sys.argv[1], sys.argv[2])\n"
              "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
     done = subprocess.run([sys.executable, "-c", build, str(log), str(out)], cwd=REPO, env=ENV,

@@ -114,3 +114,15 @@ def test_the_example_passes_in_a_clean_venv_with_only_the_wheel_and_pytest(tmp_p
                           cwd=work, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and "failed" not in done.stdout
+
+
+def test_the_library_hands_out_the_chaos_names_it_documents_as_chaos_has_them():
+    """testing hands out exactly the chaos names docs/library.md lists, the very objects of
+    inferris_dist.chaos; the rest of chaos is chaos's own."""
+    from inferris_dist import chaos, testing
+    documented = {"ChaosConfig", "explore", "Session", "judge_run", "shrink", "write_reproducer",
+                  "merge_reports", "WIRE_LOG_CHECKERS"}
+    assert documented <= set(testing.__all__)
+    assert all(getattr(testing, name) is getattr(chaos, name) for name in documented)
+    assert not (set(chaos.__all__) - documented - {"Run", "run_on_processes"}) & set(testing.__all__)
+    assert not hasattr(testing, "schedule_at") and not hasattr(testing, "Break")

@@ -32,7 +32,7 @@ def test_the_wheel_installs_one_name_of_ours_with_the_notes_inside(wheel):
     assert tops == {"inferris_dist"}, tops
     assert "inferris_dist/engine/step.py" in names and "inferris_dist/launcher/template.py" in names
     assert "inferris_dist/notes/11-executor-boundary.md" in names
-    assert {f"inferris_dist/observe/page/page.{ext}" for ext in ("html", "css", "js")} <= set(names)
+    assert {f"inferris_dist/page/page.{ext}" for ext in ("html", "css", "js")} <= set(names)
     assert not any("/tests/" in n or n.startswith("tests/") for n in names)
 
 

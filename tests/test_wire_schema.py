@@ -1,4 +1,4 @@
-"""The wire log's schema (inferris_dist/observe/schema.py) holds the writer to what it writes:
+"""The wire log's schema (inferris_dist/wirelog/schema.py) holds the writer to what it writes:
 
 1. a WireLog with checking on refuses an unknown event, an unknown or missing field, a value
    of another kind; with checking off (production) it writes what it is given, unchecked;
@@ -25,15 +25,15 @@ from pathlib import Path
 
 import pytest
 
+from inferris_dist import page
 from inferris_dist.cli.cmd_inspect import EVENTS as INSPECTED
 from inferris_dist.cli.cmd_inspect import ITEM as INSPECT_ITEM
 from inferris_dist.cli.cmd_inspect import MESSAGE as INSPECT_MESSAGE
 from inferris_dist.cli.cmd_inspect import OUTCOME as INSPECT_OUTCOME
-from inferris_dist.observe import page
-from inferris_dist.observe.check import NEEDED
-from inferris_dist.observe.page.model import PLAN_KEYS, RESULT_KEYS
-from inferris_dist.observe.records import CHECK_ENV, WireLog
-from inferris_dist.observe.schema import EVENTS, ITEM, MESSAGE, OUTCOME, SchemaError, check_record, kind_of
+from inferris_dist.judge.check import NEEDED
+from inferris_dist.page.model import PLAN_KEYS, RESULT_KEYS
+from inferris_dist.wirelog.schema import EVENTS, ITEM, MESSAGE, OUTCOME, SchemaError, check_record, kind_of
+from inferris_dist.wirelog.writer import CHECK_ENV, WireLog
 
 from tests.helpers.external import CLI, ENV, GOLDEN, REPO
 

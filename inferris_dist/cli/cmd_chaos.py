@@ -10,6 +10,8 @@ import secrets
 import sys
 from pathlib import Path
 
+from inferris_dist.chaos.harness import DEFAULT_STEP_TIMEOUT
+from inferris_dist.chaos.verdicts import PROMISE_KINDS
 from inferris_dist.cli import render
 from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK, UsageError, int_arg
 from inferris_dist.cli.flags import add_knob_flags, add_max_restarts, add_step_timeout, add_workload_flags
@@ -17,8 +19,6 @@ from inferris_dist.cli.workload_source import workload_from_flags
 from inferris_dist.engine import WorkloadError
 from inferris_dist.engine.rungs import NAMES as RUNG_NAMES
 from inferris_dist.protocol.faults import POLICIES
-from inferris_dist.testing.harness import DEFAULT_STEP_TIMEOUT
-from inferris_dist.testing.verdicts import PROMISE_KINDS
 
 DEFAULT_RUNS = 100
 
@@ -124,9 +124,9 @@ def _int_list(text: str) -> tuple[int, ...]:
 def run_chaos(args) -> int:
     if args.chaos_command == "merge":
         return run_merge(args.reports, args.merge_json)
-    from inferris_dist.testing.exploring import ChaosConfig, explore
-    from inferris_dist.testing.harness import Session
-    from inferris_dist.testing.schedules import parse_kind_weights, random_workloads
+    from inferris_dist.chaos.exploring import ChaosConfig, explore
+    from inferris_dist.chaos.harness import Session
+    from inferris_dist.chaos.schedules import parse_kind_weights, random_workloads
     if args.runs is not None and args.time is not None:
         raise UsageError("inferris-dist chaos: --runs and --time are exclusive: give one")
     if args.runs is not None and args.runs < 1:
@@ -194,8 +194,8 @@ def run_chaos(args) -> int:
 def shrink_breaks(report, config, session, args, out) -> None:
     """Shrink the first break of each class (at most --max-shrinks), write each reproducer and run
     it again; the result goes into the report's break."""
-    from inferris_dist.testing.shrinking import fresh_dir, shrink, write_reproducer
-    from inferris_dist.testing.verdicts import Break
+    from inferris_dist.chaos.shrinking import fresh_dir, shrink, write_reproducer
+    from inferris_dist.chaos.verdicts import Break
     chosen, classes = [], set()
     for b in report.breaks:
         if b.kind not in classes and len(chosen) < args.max_shrinks:
@@ -245,7 +245,7 @@ def _header(config, seed: int, drawn: bool, runs, seconds, shard) -> str:
 
 
 def _all_kinds():
-    from inferris_dist.testing.schedules import fault_kinds
+    from inferris_dist.chaos.schedules import fault_kinds
     return fault_kinds()
 
 
@@ -300,8 +300,8 @@ class Live(render.LiveLine):
 # -- merge ------------------------------------------------------------------------------------------
 
 def run_merge(paths: list[str], as_json: bool) -> int:
+    from inferris_dist.chaos.exploring import Report, merge_reports
     from inferris_dist.engine.workload import read_text
-    from inferris_dist.testing.exploring import Report, merge_reports
     reports = []
     for path in paths:
         text = read_text(path, "chaos merge: report")

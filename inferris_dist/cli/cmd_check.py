@@ -1,6 +1,6 @@
 """`inferris-dist check WIRELOG [--spec FILE] [--json]`: a recorded run judged afterwards.
 
-The checks are `inferris_dist.observe.check`'s (its docstring says each one, and what a log
+The checks are `inferris_dist.judge.check`'s (its docstring says each one, and what a log
 cannot show): every committed step joined from one RESULT of each rank of its epoch, all
 agreeing, each answering a PLAN sent to that rank; epochs only forward, no reply of another
 epoch or of a retired member taken; each step's trace following from its plan and its
@@ -56,7 +56,7 @@ def main(args) -> int:
 
 
 def run_check(path: str, spec: str | None, out: TextIO, as_json: bool = False) -> int:
-    from inferris_dist.observe.check import NotTheRunsWorkload, check_log  # only when checking
+    from inferris_dist.judge.check import NotTheRunsWorkload, check_log  # only when checking
     workload = None
     if spec is not None:
         from inferris_dist.cli.workload_source import workload_from_flags

@@ -1,4 +1,4 @@
-"""`inferris-dist html WIRELOG -o FILE`: a wire log drawn as one self-contained page (observe/page)."""
+"""`inferris-dist html WIRELOG -o FILE`: a wire log drawn as one self-contained page (inferris_dist/page)."""
 from __future__ import annotations
 
 from inferris_dist.cli.args import EXIT_OK
@@ -11,6 +11,6 @@ def add_arguments(htm) -> None:
 
 
 def main(args) -> int:
-    from inferris_dist.observe.page import write_page
+    from inferris_dist.page import write_page
     write_page(args.wirelog, args.output, args.title)
     return EXIT_OK

@@ -8,7 +8,7 @@ result (those of a failed attempt too, when the log holds them) and the join. Th
 streamed: the summary keeps one small record per attempt, --step only that step's lines, so
 a long run costs memory per step, not per message.
 
-The log is read as input from outside, by the wire log reader (observe/logread) in its
+The log is read as input from outside, by the wire log reader (wirelog/logread) in its
 strict mode. It must be a regular file (a fifo, a device or a socket is refused before a
 byte is read); a line is at most 16 MB and holds at most 2**20 objects and arrays; every
 field inspect uses is checked, type and range (a rank is below 4096), and a record that
@@ -111,7 +111,7 @@ def _records(path: str) -> Iterator[tuple[int, dict | None]]:
     """(line number, record) for each record of the log, checked (unknown events left out);
     (n, None) last when line n, the last, was cut short. The reader is strict: a line that
     is no record refuses the log, naming it; so does a record this module finds malformed."""
-    from inferris_dist.observe.logread import LogReader, Malformed
+    from inferris_dist.wirelog.logread import LogReader, Malformed
     # The reader's line bound (16 MB); no bound on the bytes read in all: inspect keeps a small
     # record per attempt (--step: one step's), so a long log costs time, not memory.
     reader = LogReader(path, strict=True, command="inspect", max_read=None)
@@ -129,7 +129,7 @@ def _records(path: str) -> Iterator[tuple[int, dict | None]]:
 def _record(obj: dict) -> dict | None:
     """A message or a known event (the reader gives records only: schema.record_kind), as far
     as inspect uses it, checked; None: an event inspect does not know."""
-    from inferris_dist.observe.logread import Malformed
+    from inferris_dist.wirelog.logread import Malformed
     if "event" in obj:
         kind = obj["event"]
         if kind == "attempt":               # only a void one says more than the messages do
@@ -154,7 +154,7 @@ def _record(obj: dict) -> dict | None:
 
 
 def _result(obj: dict) -> "Result":
-    from inferris_dist.observe.logread import Malformed
+    from inferris_dist.wirelog.logread import Malformed
     body, inside = obj.get("body"), obj.get("inside")
     if inside is not None and not (isinstance(inside, list) and len(inside) == 4
                                    and all(type(x) in (int, float) and math.isfinite(x) for x in inside)):
@@ -169,7 +169,7 @@ def _result(obj: dict) -> "Result":
 
 def _item(obj: Any, what: str) -> dict:
     """A plan item; `prior_drafts` 0 where the log has none (a plan without that field)."""
-    from inferris_dist.observe.logread import Malformed
+    from inferris_dist.wirelog.logread import Malformed
     item = _checked(obj, ITEM, what)
     prior = obj.get("prior_drafts", 0)
     if not (_is_int(prior) and prior >= 0):
@@ -180,7 +180,7 @@ def _item(obj: Any, what: str) -> dict:
 
 def _checked(obj: Any, fields: dict[str, Check], what: str) -> dict:
     """The `fields` of `obj`, each checked; a new dict of those only, in that order."""
-    from inferris_dist.observe.logread import Malformed
+    from inferris_dist.wirelog.logread import Malformed
     if not isinstance(obj, dict):
         raise Malformed(f"{what} must be an object")
     got = {}

@@ -2,7 +2,7 @@
 
 `serve` follows a wire log as it is written (as `tail -f` does), from any run (`launch
 --wire-log`, the library's `wire_log=`), until its end record, and serves the live page,
-/metrics, /health and /status (observe/live/server.py). After the end it says so and keeps
+/metrics, /health and /status (live/server.py). After the end it says so and keeps
 serving, until Ctrl-C or `--serve-linger` seconds.
 
 `launch --serve [HOST:]PORT` binds the address before any worker starts (a bad value, a
@@ -28,7 +28,7 @@ import time
 from inferris_dist.cli.args import EXIT_OK
 from inferris_dist.cli.flags import linger_arg
 from inferris_dist.engine import WorkloadError
-from inferris_dist.observe.words import shown
+from inferris_dist.words import shown
 
 PR_SET_PDEATHSIG = 1
 END_SECONDS = 5.0            # the wait for the last message to reach the open pages
@@ -37,7 +37,7 @@ NICE = 10                    # launch's server: an observer, scheduled after the
 
 def listening_socket(value: str, flag: str = "--serve") -> socket.socket:
     """The socket `value` ([HOST:]PORT) names, bound and listening, or bad input."""
-    from inferris_dist.observe.live.server import AddressError, bind, parse_address
+    from inferris_dist.live.server import AddressError, bind, parse_address
     try:
         host, port = parse_address(value, flag)
     except AddressError as e:
@@ -51,7 +51,7 @@ def listening_socket(value: str, flag: str = "--serve") -> socket.socket:
 def announce(sock: socket.socket, what: str, linger: float | None) -> None:
     """Where the server is (stderr: --json stays clean), and a warning when it is reachable
     from elsewhere: nothing authenticates the page or /metrics."""
-    from inferris_dist.observe.live.server import url_of
+    from inferris_dist.live.server import url_of
     from inferris_dist.protocol.placement import is_loopback_host as is_loopback
     url = url_of(sock)
     after = ("it stops when the run has ended" if not linger else
@@ -85,11 +85,11 @@ def main(args) -> int:
 
 def run_serve(args) -> int:
     """`inferris-dist serve WIRELOG` (and, with --fd, the server of a `launch --serve`)."""
-    from inferris_dist.observe.live.server import LiveServer, follow
-    from inferris_dist.observe.live.state import LiveState
-    from inferris_dist.observe.logread import LogFollower
-    from inferris_dist.observe.page import build_page, read_log
+    from inferris_dist.live.server import LiveServer, follow
+    from inferris_dist.live.state import LiveState
+    from inferris_dist.page import build_page, read_log
     from inferris_dist.protocol.placement import is_loopback_host as is_loopback
+    from inferris_dist.wirelog.logread import LogFollower
     child = args.fd is not None
     if child:
         _die_with(args.parent)

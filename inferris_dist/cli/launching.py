@@ -364,7 +364,7 @@ class HtmlPage:
             return problem
         try:
             if problem is None or self._temp is None or os.path.getsize(self._temp):
-                from inferris_dist.observe.page import write_page
+                from inferris_dist.page import write_page
                 write_page(self.wire_log, self.path, title)
         except OSError as e:
             problem = problem or machine_failure(e, f"--html {self.path}")
@@ -434,7 +434,7 @@ def run_compare(workload, name: str, args, made: dict | None = None) -> int:
     options.check()
     remote = distributed_lines(workload, options)     # first: its workers were forked ahead
     local = trace_dicts(Engine(workload, rung=args.rung))
-    from inferris_dist.testing import judge  # compare's own: launch has no use for it
+    from inferris_dist.judge.promise import judge, verdict_text  # compare's own: launch has no use for it
     verdict = judge(local, remote, args.on_rank_loss)
     n = workload.config.world_size
     verdict = {"workload": name, "world_size": n, "rung": args.rung, "policy": args.on_rank_loss,
@@ -442,41 +442,6 @@ def run_compare(workload, name: str, args, made: dict | None = None) -> int:
     if getattr(args, "json", False):
         sys.stdout.write(json.dumps(verdict) + "\n")
     else:
-        sys.stdout.write(compare_text(verdict) + "\n")
+        sys.stdout.write(verdict_text(verdict) + "\n")
     return EXIT_OK if verdict["holds"] else EXIT_FAILED
 
-
-def compare_text(v: dict) -> str:
-    """The verdict for people: one line, or one per failed side."""
-    name, n = render.shown(v["workload"]), v["world_size"]
-    where = f"in process and on {n} worker process{'es' * (n != 1)}"
-    failed = v["failed"]
-    if failed and not v["holds"]:
-        lines = [f"{name}: the run {side} failed: {_failure(err)}: {render.shown(err.get('message', ''))}"
-                 for side, err in failed.items()]
-        if len(failed) == 1:
-            other = "on processes" if "in process" in failed else "in process"
-            lines.append(f"{name}: the run {other} did not")
-        return "\n".join(lines)
-    steps = v["steps"]
-    if v["compared"] == "traces":
-        if v["holds"]:
-            ends = f", both ending {_failure(failed['in process'])}" if failed else ""
-            return f"{name}: identical ({steps['in process']} steps{ends}) {where}"
-        return f"{name}: traces differ: {v['difference']}"
-    if v["holds"]:
-        how = ("the traces too" if v.get("traces_identical") else
-               f"the steps differ, as recompute's replanning may: {steps['in process']} steps in "
-               f"process, {steps['on processes']} on processes")
-        return (f"{name}: the same summary {where} (recompute promises the summary, not the steps; "
-                f"compared every request's state, generated, computed and finish: identical; {how})")
-    return f"{name}: summaries differ under recompute: {v['difference']}"
-
-
-def _failure(err: dict) -> str:
-    """An error object in a few words: kind, step, and the rank(s) blamed."""
-    ranks = err.get("ranks") or ([err["rank"]] if err.get("rank") is not None else [])
-    who = f", rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}" if ranks else ""
-    epoch = f", epoch {err['epoch']}" if err.get("epoch") is not None else ""
-    step = "during start-up" if err.get("step") is None else f"at step {err['step']}"
-    return f"{err['error']} {step}{epoch}{who}"

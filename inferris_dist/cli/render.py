@@ -9,12 +9,12 @@ import os
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from inferris_dist.observe.words import PLAIN, Style, shown, step_events
+from inferris_dist.words import PLAIN, Style, shown, step_events
 
 if TYPE_CHECKING:
     from inferris_dist.engine import StepTrace, Workload
 
-# Style, shown and step_events live in observe/words, with the page that says things the
+# Style, shown and step_events live in inferris_dist/words.py, with the page that says things the
 # same way; they are used here and through this module by the commands.
 
 STEP_WIDTH = 5

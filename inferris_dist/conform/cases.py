@@ -146,8 +146,8 @@ def judged(kit: Kit, where: Path, spec: Path, world_size: int, faults, policy: s
            check=None, step_timeout: float = 5.0) -> tuple[Outcome, list]:
     """A run with faults (or with what `check` does to it), judged by the policy's promise, its
     wire log's checkers, and what it left running."""
-    from inferris_dist.testing.harness import WIRE_LOG_CHECKERS, still_running
-    from inferris_dist.testing.verdicts import fired_faults, judge_run, reference_of
+    from inferris_dist.chaos.harness import WIRE_LOG_CHECKERS, still_running
+    from inferris_dist.chaos.verdicts import fired_faults, judge_run, reference_of
     workload = load_workload(spec).with_config(world_size=world_size)
     run = on_processes(kit, where, workload, world_size, faults=faults, policy=policy, check=check,
                        step_timeout=step_timeout)

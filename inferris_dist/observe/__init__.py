@@ -1,6 +1,5 @@
-"""What crossed the boundary, recorded: per-step records and the wire log (records), the wire
-log's schema (schema) and its one reader (logread), the Chrome trace (timeline), the numbers a
-serving engineer reads (metrics), the offline page of a wire log (page), a recorded run judged
-afterwards from its wire log (check), and how a run is said in text (words). Used by the
-scheduler while it runs and by the command line after; imports the protocol and the engine only.
+"""What crossed the boundary, recorded while the run runs: the recorder the scheduler writes
+to (recorder), its per-step records and per-rank totals (records), the Chrome trace
+(timeline) and the numbers a serving engineer reads (metrics). Writes the wire log through
+its writer (wirelog); imports the wire log, the protocol and the engine only.
 """

@@ -19,10 +19,11 @@ from collections import deque
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterable
 
-from inferris_dist.observe.records import RankTotals, StepRecord, WireLog
+from inferris_dist.observe.records import RankTotals, StepRecord
 from inferris_dist.observe.timeline import Timeline
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.wire import MsgType
+from inferris_dist.wirelog.writer import WireLog
 
 NOTED_PER_RANK = 5       # a member's dropped replies noted and logged in full; the rest are counted
 MAX_ATTEMPTS = 64        # attempts kept between two takes (a step's own, and its retries)

@@ -1,6 +1,8 @@
 """Fault injection: `RANK:KIND@STEP[+][:ARG]`, a first-class input, not a test monkeypatch.
 
-The scheduler parses and validates the specs and hands each rank its own in
+The grammar is read in one place, `Fault.parse`, and written in one, `Fault.format` (what
+the shrinker writes back when it moves a fault); `kind_of` reads a text's KIND alone. The
+scheduler parses and validates the specs and hands each rank its own in
 the CONFIG message (so they show in the wire log); the rank acts them out on
 real processes through its FaultPlan. `@STEP` fires once in the run, `@STEP+`
 at that step and every later one (a replacement worker inherits it, so it
@@ -76,6 +78,67 @@ class Fault(NamedTuple):
     def __str__(self) -> str:
         return self.text
 
+    @staticmethod
+    def parse(text: str, world_size: int | None = None, source: str = "--fault") -> Fault:
+        """A fault as written (`RANK:KIND@STEP[+][:ARG]`), checked against the grammar and, given
+        `world_size`, the ranks; `source` says where it came from in errors (the flag, or the
+        workload). A WorkloadError says what is wrong."""
+        def bad(why: str) -> WorkloadError:
+            return WorkloadError(f"{source} {text!r}: {why} "
+                                 f"(want {FORMAT}, e.g. 1:crash@3 or all:delay@2+:0.5)")
+
+        rank_part, sep, rest = text.partition(":")
+        if not sep:
+            raise bad("no ':' after the rank")
+        if rank_part == "all":
+            rank = None
+        else:
+            try:
+                rank = int(plain(rank_part))
+            except ValueError:
+                raise bad(f"rank {rank_part!r} is not an integer or 'all'") from None
+            if rank < 0 or (world_size is not None and rank >= world_size):
+                raise bad(f"rank {rank} is outside 0..{(world_size or 1) - 1}")
+        kind, at, when = rest.partition("@")
+        if not at:
+            raise bad("no '@STEP'")
+        if kind not in KINDS:
+            raise bad(f"unknown kind {kind!r}; kinds: {', '.join(KINDS)}")
+        step_part, _, arg_part = when.partition(":")
+        repeat = step_part.endswith("+")
+        try:
+            step = int(plain(step_part.removesuffix("+")))
+        except ValueError:
+            raise bad(f"step {step_part!r} is not an integer") from None
+        if step < 0:
+            raise bad("step must be >= 0")
+        arg = None
+        if kind in SECONDS_KINDS:
+            try:
+                arg = float(plain(arg_part))
+            except ValueError:
+                arg = None
+            if arg is None or arg != arg:
+                raise bad(f"{kind} needs seconds, e.g. 1:{kind}@3:0.5")
+            if not 0 <= arg <= 3600:
+                raise bad(f"{kind} seconds must be within 0..3600")
+        elif arg_part:
+            raise bad(f"{kind} takes no argument")
+        return Fault(rank, kind, step, repeat, arg, text)
+
+    def format(self) -> str:
+        """The fault written from its fields, as Fault.parse reads it back: what a fault changed
+        with `_replace` (an earlier step, another rank) is written as (`text` is as it was given)."""
+        rank = "all" if self.rank is None else str(self.rank)
+        arg = "" if self.arg is None else f":{_seconds_text(self.arg)}"
+        return f"{rank}:{self.kind}@{self.step}{'+' * self.repeat}{arg}"
+
+
+def _seconds_text(seconds: float) -> str:
+    """Seconds in their shortest text that reads back the same (0.05, not 0.05000000000000000277)."""
+    text = f"{seconds:g}"
+    return text if float(text) == seconds else repr(seconds)
+
 
 def kind_of(text: str) -> str:
     """The KIND of a fault as written (`RANK:KIND@STEP[+][:ARG]`), without parsing the rest: how a
@@ -84,48 +147,8 @@ def kind_of(text: str) -> str:
 
 
 def parse_fault(text: str, world_size: int | None = None, source: str = "--fault") -> Fault:
-    """One fault spec; `source` says where it came from in errors (the flag, or the workload)."""
-    def bad(why: str) -> WorkloadError:
-        return WorkloadError(f"{source} {text!r}: {why} (want {FORMAT}, e.g. 1:crash@3 or all:delay@2+:0.5)")
-
-    rank_part, sep, rest = text.partition(":")
-    if not sep:
-        raise bad("no ':' after the rank")
-    if rank_part == "all":
-        rank = None
-    else:
-        try:
-            rank = int(plain(rank_part))
-        except ValueError:
-            raise bad(f"rank {rank_part!r} is not an integer or 'all'") from None
-        if rank < 0 or (world_size is not None and rank >= world_size):
-            raise bad(f"rank {rank} is outside 0..{(world_size or 1) - 1}")
-    kind, at, when = rest.partition("@")
-    if not at:
-        raise bad("no '@STEP'")
-    if kind not in KINDS:
-        raise bad(f"unknown kind {kind!r}; kinds: {', '.join(KINDS)}")
-    step_part, _, arg_part = when.partition(":")
-    repeat = step_part.endswith("+")
-    try:
-        step = int(plain(step_part.removesuffix("+")))
-    except ValueError:
-        raise bad(f"step {step_part!r} is not an integer") from None
-    if step < 0:
-        raise bad("step must be >= 0")
-    arg = None
-    if kind in SECONDS_KINDS:
-        try:
-            arg = float(plain(arg_part))
-        except ValueError:
-            arg = None
-        if arg is None or arg != arg:
-            raise bad(f"{kind} needs seconds, e.g. 1:{kind}@3:0.5")
-        if not 0 <= arg <= 3600:
-            raise bad(f"{kind} seconds must be within 0..3600")
-    elif arg_part:
-        raise bad(f"{kind} takes no argument")
-    return Fault(rank, kind, step, repeat, arg, text)
+    """One fault spec (Fault.parse); `source` says where it came from in errors."""
+    return Fault.parse(text, world_size, source)
 
 
 def parse_faults(texts, world_size: int, workload_faults=()) -> list[Fault]:

@@ -25,11 +25,11 @@ from typing import Iterator
 
 from inferris_dist.engine import Workload, load_workload
 from inferris_dist.observe.recorder import Recorder
-from inferris_dist.observe.records import WireLog, workload_fields
 from inferris_dist.protocol.faults import parse_faults
 from inferris_dist.scheduler.group import ProcessGroup
 from inferris_dist.scheduler.options import LaunchOptions
 from inferris_dist.scheduler.recovery import DistributedEngine
+from inferris_dist.wirelog.writer import WireLog, workload_fields
 
 
 @contextmanager

@@ -1,5 +1,5 @@
 """Synthetic wire logs that strain the page, written record by record in the writer's format
-(tests/test_page_scale.py checks every record against observe/schema.py): for the page's
+(tests/test_page_scale.py checks every record against wirelog/schema.py): for the page's
 tests and for examples/bench_page.py.
 
 - `restarts_log`: many ranks restarted over and over (a loss, the failed attempt, the restart,

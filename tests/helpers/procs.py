@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from inferris_dist.testing.harness import gone  # noqa: F401  (the library's rule for a pid gone)
+from inferris_dist.chaos.harness import gone  # noqa: F401  (the library's rule for a pid gone)
 
 OURS = (b"inferris_dist.rank", b"inferris_dist.launcher.template")   # in a worker's command line
 LEFT_WITHIN = 10.0     # seconds a worker may take to leave once its test is done (its scheduler gone)

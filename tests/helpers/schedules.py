@@ -1,5 +1,5 @@
 """A Hypothesis strategy of fault schedules, for property tests of the chaos tools (Hypothesis is
-a test dependency: the library draws its schedules with `random`, inferris_dist.testing.schedules).
+a test dependency: the library draws its schedules with `random`, inferris_dist.chaos.schedules).
 """
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Sequence
 
 from hypothesis import strategies as st
 
-from inferris_dist.testing.schedules import fault_kinds
+from inferris_dist.chaos.schedules import fault_kinds
 
 
 def fault_schedules(world_size: int, steps: int, kinds: Sequence[str] | None = None, max_faults: int = 3,

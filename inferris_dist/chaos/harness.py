@@ -22,12 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from inferris_dist.engine import Workload, WorkloadError
-from inferris_dist.launcher import Template
-from inferris_dist.launcher.rundir import PREFIX, short_roots
-from inferris_dist.testing import Run, run_on_processes
-from inferris_dist.testing.schedules import Schedule, workload_key
-from inferris_dist.testing.verdicts import (
+from inferris_dist.chaos.runs import Run, run_on_processes
+from inferris_dist.chaos.schedules import Schedule, workload_key
+from inferris_dist.chaos.verdicts import (
     Break,
     Reference,
     fired_faults,
@@ -35,6 +32,9 @@ from inferris_dist.testing.verdicts import (
     log_is_complete,
     reference_of,
 )
+from inferris_dist.engine import Workload, WorkloadError
+from inferris_dist.launcher import Template
+from inferris_dist.launcher.rundir import PREFIX, short_roots
 
 
 # -- the wire-log checkers ----------------------------------------------------------------------
@@ -43,7 +43,7 @@ from inferris_dist.testing.verdicts import (
 # str(); empty when the log is fine), and the first violation of the first checker that finds one
 # is the run's break: the log is whole, and it passes the history checker (`inferris-dist check`).
 def history(path: Path) -> list:
-    from inferris_dist.observe.check import check_log
+    from inferris_dist.judge.check import check_log
     return check_log(path).violations
 
 

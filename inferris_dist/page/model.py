@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from inferris_dist.engine import StepTrace
-from inferris_dist.observe import schema
-from inferris_dist.observe.logread import Malformed
-from inferris_dist.observe.words import PLAIN, shown, step_events
+from inferris_dist.wirelog import schema
+from inferris_dist.wirelog.logread import Malformed
+from inferris_dist.words import PLAIN, shown, step_events
 
 MAX_RANK = 4095             # a rank number beyond this is not one (keys refuses larger worlds)
 MAX_TEXT = 400              # characters kept of any one text from the log

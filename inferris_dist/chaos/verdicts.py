@@ -26,15 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from inferris_dist.chaos.runs import Run
 from inferris_dist.engine import Engine, Workload
 from inferris_dist.engine.trace import StepTrace
+from inferris_dist.judge.promise import STEP_FAILURES, comparable, error_said, first_difference, judge
 from inferris_dist.protocol.faults import Fault, parse_fault
-from inferris_dist.testing import Run, comparable, first_difference, judge
 
 PROMISE_KINDS = ("differs", "failed", "steps-before", "failure-kind", "blame")   # judge_promise's:
                                                                           # what compare also sees
 BREAK_KINDS = PROMISE_KINDS + ("wire-log", "counters", "leftover", "run-dir", "crashed")
-STEP_FAILURES = ("RankLost", "GroupViolation", "BoundaryViolation", "ShardDivergence")
 
 
 @dataclass(frozen=True)
@@ -147,11 +147,8 @@ def _judge_failure(reference: Reference, run: Run, fired: list[Fault], steps_bef
 
 
 def _error_words(err: dict) -> str:
-    ranks = err.get("ranks") or ([err["rank"]] if err.get("rank") is not None else [])
-    who = f", rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}" if ranks else ""
-    at = "during start-up" if err.get("step") is None else f"at step {err['step']}"
     message = " ".join(str(err.get("message", "")).split())
-    return f"{err.get('error')} {at}{who}: {message[:240]}"
+    return f"{error_said(err, epoch=False)}: {message[:240]}"
 
 
 # -- the wire log ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 // inferris-dist html: the page's script. It reads the run's data (the JSON block the
-// builder, inferris_dist/observe/page, put in the page) and draws it on a canvas: lanes for
+// builder, inferris_dist/page, put in the page) and draws it on a canvas: lanes for
 // the scheduler, the ranks and the requests, counter tracks, marks; a click on a step shows its
 // plan, every rank's result and the join. It uses no library and loads nothing: the page's
 // Content-Security-Policy allows this script by its hash, and no connection at all. Every text

@@ -35,10 +35,10 @@ import threading
 import time
 from typing import Callable
 
-from inferris_dist.observe.live.prom import CONTENT_TYPE_LATEST, exposition, registry
-from inferris_dist.observe.live.state import LiveState
-from inferris_dist.observe.logread import LogFollower
-from inferris_dist.observe.page import finite
+from inferris_dist.live.prom import CONTENT_TYPE_LATEST, exposition, registry
+from inferris_dist.live.state import LiveState
+from inferris_dist.page import finite
+from inferris_dist.wirelog.logread import LogFollower
 
 MAX_CLIENTS = 16
 MAX_STREAMS = 8
@@ -299,7 +299,7 @@ class LiveServer:
         path = req.path
         if path in ("/", "/index.html"):
             with self.state.lock:
-                from inferris_dist.observe.page import page_html
+                from inferris_dist.page import page_html
                 data = self.state.page_data()
                 html = page_html(data, data["title"], live=True)
             _send(conn, response(200, html.encode("utf-8"), "text/html; charset=utf-8", head_only=head))

@@ -1,7 +1,7 @@
 """How things from a run are said in text, for a terminal and for the page alike: a string
 from outside made safe to show (`shown`), colour that is there only on a terminal (`Style`),
 and one step's events in a line (`step_events`). The command line's rendering (cli/render)
-and the page's model (observe/page) both say things this way, so a step reads the same in
+and the page's model (inferris_dist/page) both say things this way, so a step reads the same in
 `launch`'s output, in `inspect` and on the page.
 """
 from __future__ import annotations

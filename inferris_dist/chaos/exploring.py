@@ -17,10 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
-from inferris_dist.engine import Workload, WorkloadError
-from inferris_dist.protocol.faults import POLICIES
-from inferris_dist.testing.harness import DEFAULT_STEP_TIMEOUT, Outcome, Session
-from inferris_dist.testing.schedules import (
+from inferris_dist.chaos.harness import DEFAULT_STEP_TIMEOUT, Outcome, Session
+from inferris_dist.chaos.schedules import (
     Schedule,
     draw_faults,
     fault_kinds,
@@ -28,6 +26,8 @@ from inferris_dist.testing.schedules import (
     parse_kind_weights,
     workload_key,
 )
+from inferris_dist.engine import Workload, WorkloadError
+from inferris_dist.protocol.faults import POLICIES, kind_of
 
 REPORT_VERSION = 1
 
@@ -167,7 +167,7 @@ class Report:
         self.runs += 1
         self.held += outcome.held
         self.last = s
-        for kind in dict.fromkeys(_kind_of(f) for f in s.faults):
+        for kind in dict.fromkeys(kind_of(f) for f in s.faults):
             cell = self.cells.setdefault((kind, s.policy, s.rung), [0, 0])
             cell[0] += 1
             cell[1] += not outcome.held
@@ -220,10 +220,6 @@ class Report:
         except (KeyError, TypeError, ValueError) as e:
             raise WorkloadError(f"a report with a missing or bad field ({type(e).__name__}: {e})") from None
         return report
-
-
-def _kind_of(spec: str) -> str:
-    return spec.split(":", 1)[1].split("@", 1)[0]
 
 
 def explore(config: ChaosConfig, *, runs: int | None = None, seconds: float | None = None,

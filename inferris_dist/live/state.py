@@ -3,7 +3,7 @@
 
 `LiveState.add(records)` takes the records a follower read (in the log's order) and keeps:
 
-- the page's model (observe/page/model.Builder), fed the same records as `html` feeds it,
+- the page's model (page/model.Builder), fed the same records as `html` feeds it,
   so the live page is the page of the log so far;
 - the numbers /metrics serves (`Numbers`): the last step's counters, totals, per-rank
   counts and histograms, the requests' first-token and inter-token times;
@@ -26,8 +26,8 @@ import time
 from typing import Any, Iterable
 
 from inferris_dist.engine.rungs import rung as rung_named
-from inferris_dist.observe.page.data import page_data
-from inferris_dist.observe.page.model import Builder, error_text, is_int, is_num, say
+from inferris_dist.page.data import page_data
+from inferris_dist.page.model import Builder, error_text, is_int, is_num, say
 from inferris_dist.protocol import wire
 from inferris_dist.protocol.wire import MsgType
 

@@ -69,10 +69,15 @@ from inferris_dist.engine import WorkloadError
 from inferris_dist.engine.boundary import mismatches, said
 from inferris_dist.engine.messages import ExecutionPlan, ExecutionResult, ItemOutcome, PlanItem
 from inferris_dist.engine.workload import ENGINE_KEYS, MAX_WORLD_SIZE, Workload, load_workload, parse_workload
-from inferris_dist.observe.logread import LogReader, Malformed
-from inferris_dist.observe.records import workload_fields
-from inferris_dist.observe.schema import ANY, EVENTS, ITEM, MESSAGE, OUTCOME, TYPES, Field, kind_of
-from inferris_dist.observe.words import shown
+from inferris_dist.judge.promise import HELD, compared
+from inferris_dist.judge.promise import field_difference as _field_difference
+from inferris_dist.judge.promise import id_said as _id
+from inferris_dist.judge.promise import json_said as _json
+from inferris_dist.judge.promise import summary_difference as _summary_difference
+from inferris_dist.wirelog.logread import LogReader, Malformed
+from inferris_dist.wirelog.schema import ANY, EVENTS, ITEM, MESSAGE, OUTCOME, TYPES, Field, kind_of
+from inferris_dist.wirelog.writer import workload_fields
+from inferris_dist.words import shown
 
 __all__ = ["MAX_VIOLATIONS", "NotTheRunsWorkload", "Report", "Violation", "check_log"]
 
@@ -145,9 +150,7 @@ class Report:
         counts = (f"{steps} in {_count(c['attempts'], 'attempt')}, {_count(c['epochs'], 'epoch')}, "
                   f"{_count(c['ranks'], 'rank')}; {_count(c['results'], 'result')} taken, "
                   f"{c['dropped']} dropped")
-        promise = {"traces": "the trace is the reference's", "summaries": "the summary is the reference's",
-                   "prefix": "the steps before the failure are the reference's",
-                   None: "no reference compared"}[c["reference"]]
+        promise = HELD[c["reference"]]
         if c["reference"] is None and c.get("why_not"):
             promise += f" ({c['why_not']})"
         if self.ok:
@@ -358,7 +361,7 @@ class _Checker:
         except WorkloadError as e:
             raise WorkloadError(f"{self.name}: the run's rung: {e}") from None
         self.reference = trace_objects(engine)
-        self.promise = "summaries" if policy == "recompute" else "traces"
+        self.promise = compared(policy)
         self.compared = self.promise
 
     # -- messages -------------------------------------------------------------------------
@@ -1170,13 +1173,6 @@ def _subsequence(part: list, whole: list) -> bool:
     return all(any(x == y for y in it) for x in part)
 
 
-def _id(rid: Any) -> str:
-    return shown(str(rid))[:60]
-
-
-def _json(v: Any) -> str:
-    text = shown(json.dumps(v))
-    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def _ranks(ranks) -> str:
@@ -1193,16 +1189,3 @@ def _difference(a: list, b: list) -> str:
                 return f"outcome {i} ({_id(x['request_id'])}) {k} {_json(y[k])}, not {_json(x[k])}"
     return "the same outcomes, in another form"
 
-
-def _field_difference(got: dict, want: dict) -> str:
-    for key in dict.fromkeys([*want, *got]):
-        if json.dumps(got.get(key)) != json.dumps(want.get(key)):
-            return f"{key} {_json(got.get(key))}, the reference {_json(want.get(key))}"
-    return "the fields in another order"
-
-
-def _summary_difference(got: list[dict], want: list[dict]) -> str:
-    for g, w in zip(got, want):
-        if g != w:
-            return f"request {_id(w['request_id'])}: {_field_difference(g, w)}"
-    return f"{len(got)} requests, the reference {len(want)}"

@@ -28,10 +28,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
+from inferris_dist.chaos.schedules import Schedule, workload_key
+from inferris_dist.chaos.verdicts import Break
 from inferris_dist.engine import Workload, WorkloadError, load_workload
-from inferris_dist.protocol.faults import parse_fault
-from inferris_dist.testing.schedules import Schedule, workload_key
-from inferris_dist.testing.verdicts import Break
+from inferris_dist.protocol.faults import Fault
 
 DEFAULT_RERUNS = 5
 
@@ -109,7 +109,7 @@ class Shrinker:
         limit = self.steps_of(c.workload) + (4 if self.recompute else 0)
         for spec in c.faults:
             try:
-                fault = parse_fault(spec, c.world_size)
+                fault = Fault.parse(spec, c.world_size)
             except (WorkloadError, ValueError):
                 return False
             if fault.step >= max(1, limit):
@@ -135,17 +135,17 @@ class Shrinker:
         return replace(c, faults=tuple(kept))
 
     def earlier_steps(self, c: Candidate) -> Candidate:
-        parts = [_split(f) for f in c.faults]
-        first = min(p[2] for p in parts)
+        parts = [Fault.parse(f) for f in c.faults]
+        first = min(f.step for f in parts)
         for back in _toward_zero(first):            # all together: faults that meet keep meeting
-            moved = replace(c, faults=tuple(_join(r, k, s - back, rep, a) for r, k, s, rep, a in parts))
+            moved = replace(c, faults=tuple(f._replace(step=f.step - back).format() for f in parts))
             if self.breaks(moved):
                 c = moved
                 break
         for i in range(len(c.faults)):
-            r, k, s, rep, a = _split(c.faults[i])
-            for step in _lower_values(s):
-                moved = _with_fault(c, i, _join(r, k, step, rep, a))
+            fault = Fault.parse(c.faults[i])
+            for step in _lower_values(fault.step):
+                moved = _with_fault(c, i, fault._replace(step=step).format())
                 if self.breaks(moved):
                     c = moved
                     break
@@ -153,17 +153,17 @@ class Shrinker:
 
     def lower_ranks(self, c: Candidate) -> Candidate:
         for i in range(len(c.faults)):
-            r, k, s, rep, a = _split(c.faults[i])
-            options = [0] if r == "all" else _lower_values(int(r))
+            fault = Fault.parse(c.faults[i])
+            options = [0] if fault.rank is None else _lower_values(fault.rank)
             for rank in options:
-                moved = _with_fault(c, i, _join(str(rank), k, s, rep, a))
+                moved = _with_fault(c, i, fault._replace(rank=rank).format())
                 if self.breaks(moved):
                     c = moved
                     break
         return c
 
     def smaller_world(self, c: Candidate) -> Candidate:
-        ranks = [int(_split(f)[0]) for f in c.faults if _split(f)[0] != "all"]
+        ranks = [f.rank for f in map(Fault.parse, c.faults) if f.rank is not None]
         for n in range(max(ranks, default=0) + 1, c.world_size):
             smaller = replace(c, world_size=n, workload=c.workload.with_config(world_size=n))
             if self.breaks(smaller):
@@ -206,8 +206,8 @@ class Shrinker:
         last = max(0, self.steps_of(c.workload) - 1)
         faults = []
         for f in c.faults:
-            r, k, s, rep, a = _split(f)
-            spec = _join(r, k, min(s, last), rep, a)
+            fault = Fault.parse(f)
+            spec = fault._replace(step=min(fault.step, last)).format()
             if spec not in faults:
                 faults.append(spec)
         return replace(c, faults=tuple(faults))
@@ -277,17 +277,6 @@ def _lower_values(value: int) -> list[int]:
     return [v for v in dict.fromkeys((0, value // 2, value - 1)) if 0 <= v < value]
 
 
-def _split(spec: str) -> tuple[str, str, int, bool, str]:
-    rank, _, rest = spec.partition(":")
-    kind, _, when = rest.partition("@")
-    step, _, arg = when.partition(":")
-    return rank, kind, int(step.rstrip("+")), step.endswith("+"), arg
-
-
-def _join(rank: str, kind: str, step: int, repeat: bool, arg: str) -> str:
-    return f"{rank}:{kind}@{step}{'+' * repeat}{':' + arg if arg else ''}"
-
-
 def _with_fault(c: Candidate, i: int, spec: str) -> Candidate:
     faults = list(c.faults)
     faults[i] = spec
@@ -310,7 +299,7 @@ def shrink(workload: Workload, schedule: Schedule, brk: Break, *, session=None,
             return session.run(c.workload, s).brk
         steps_of = (lambda w: session.reference(w, schedule.rung).steps)
     else:
-        from inferris_dist.testing.verdicts import reference_of
+        from inferris_dist.chaos.verdicts import reference_of
         steps_of = (lambda w: reference_of(w, schedule.rung).steps)
     original = Candidate(workload.with_config(world_size=schedule.world_size), tuple(schedule.faults),
                          schedule.world_size)

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import generate_latest
 
-from inferris_dist.observe.live.state import Histogram, LiveState
+from inferris_dist.live.state import Histogram, LiveState
 
 __all__ = ["CONTENT_TYPE_LATEST", "FAMILIES", "exposition"]
 

@@ -17,7 +17,7 @@ import math
 import operator
 
 from inferris_dist.engine import StepTrace
-from inferris_dist.observe.page.model import (
+from inferris_dist.page.model import (
     COUNTERS,
     LANE_SEGMENTS,
     MARKS,
@@ -38,7 +38,7 @@ from inferris_dist.observe.page.model import (
     runs,
     say,
 )
-from inferris_dist.observe.words import shown
+from inferris_dist.words import shown
 
 
 class _Clock:

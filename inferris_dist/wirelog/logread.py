@@ -34,8 +34,8 @@ import stat
 from typing import Any, BinaryIO, Iterator
 
 from inferris_dist.engine import WorkloadError
-from inferris_dist.observe.schema import record_kind
-from inferris_dist.observe.words import shown
+from inferris_dist.wirelog.schema import record_kind
+from inferris_dist.words import shown
 
 MAX_LINE = 16 << 20          # bytes of one line; a longer one is refused (strict) or skipped
 MAX_READ = 1 << 30           # bytes read from one log in all

@@ -19,7 +19,7 @@ and past a budget the detail is dropped, with a note at the top of the page that
 by kind. What building and drawing the page cost is bounded too: no number from the log sizes
 a loop or an allocation, and the page's script finds what is in view by binary search and
 draws at most one thing of a kind a pixel.
-The log is read as a careful reader would (observe/logread, lenient): lines longer than
+The log is read as a careful reader would (wirelog/logread, lenient): lines longer than
 MAX_LINE are skipped, at most MAX_READ bytes are read, a line that is not a record (or a
 record that is malformed) is skipped and counted, a line cut short at the end is said to be
 so, and unknown events are ignored.
@@ -54,10 +54,10 @@ from importlib import resources
 from typing import Any, Iterable
 
 from inferris_dist.engine import WorkloadError
-from inferris_dist.observe.logread import LogReader
-from inferris_dist.observe.page.data import page_data
-from inferris_dist.observe.page.model import BODY_BUDGET, KNOWN_EVENTS, MAX_REQUEST_LANES, Builder
-from inferris_dist.observe.words import shown
+from inferris_dist.page.data import page_data
+from inferris_dist.page.model import BODY_BUDGET, KNOWN_EVENTS, MAX_REQUEST_LANES, Builder
+from inferris_dist.wirelog.logread import LogReader
+from inferris_dist.words import shown
 
 __all__ = ["build_page", "page_html", "write_page", "read_log", "asset", "MAX_LINE", "MAX_READ",
            "BODY_BUDGET", "KNOWN_EVENTS", "MAX_REQUEST_LANES"]

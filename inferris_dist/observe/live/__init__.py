@@ -1,1 +1,0 @@
-"""Watching a run as it runs."""
