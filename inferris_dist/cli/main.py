@@ -105,7 +105,7 @@ def _attach_dashed_values(argv: list[str]) -> list[str]:
 
 
 def shown(text: str) -> str:
-    """A message made safe for a terminal (observe.words, imported when there is one to show)."""
+    """A message made safe for a terminal (inferris_dist.words, imported when there is one to show)."""
     from inferris_dist.words import shown as safe
     return safe(text)
 
