@@ -263,6 +263,8 @@ const refuseExt = {
   },
 };
 
+const KEY_MARK = 'key:';
+const utf8 = new TextDecoder('utf-8');
 const decoder = new Decoder({
   maxStrLength: MAX_STR,
   maxBinLength: MAX_FRAME,
@@ -271,7 +273,14 @@ const decoder = new Decoder({
   maxExtLength: 0,
   extensionCodec: refuseExt,
   useBigInt64: false,
-  mapKeyConverter: (key) => (typeof key === 'string' ? key : malformed('a map key that is not a str')),
+  // Map keys (request ids) are decoded with a mark in front, so that any str is a key, `__proto__`
+  // included (the library refuses that one as it stands); readScripts takes the mark off.
+  keyDecoder: {
+    canBeCached: () => true,
+    decode: (bytes, offset, length) => KEY_MARK + utf8.decode(bytes.subarray(offset, offset + length)),
+  },
+  mapKeyConverter: (key) => (typeof key === 'string' && key.startsWith(KEY_MARK) ? key
+    : malformed('a map key that is not a str')),
 });
 const encoder = new Encoder({ extensionCodec: refuseExt });
 const floatEncoder = new Encoder({ extensionCodec: refuseExt, forceIntegerToFloat: true });
@@ -450,8 +459,10 @@ function parseConfig(body) {
   if (scripts === null || typeof scripts !== 'object' || Array.isArray(scripts) || isBin(scripts)) {
     malformed("CONFIG's accept_scripts is not a map");
   }
-  for (const entries of Object.values(scripts)) {
+  const byRequest = new Map();
+  for (const [key, entries] of Object.entries(scripts)) {
     if (!Array.isArray(entries) || !entries.every(isInt)) malformed('an accept script is not an array of integers');
+    byRequest.set(key.slice(KEY_MARK.length), entries);
   }
   if (!Array.isArray(faults) || !faults.every((f) => typeof f === 'string')) malformed("CONFIG's faults are not strings");
   if (!Array.isArray(cost) || cost.length !== 2 || !cost.every(isInt) || cost[0] < 0 || cost[0] > MAX_STEP_NS
@@ -460,7 +471,7 @@ function parseConfig(body) {
   }
   const pages = new Shard(numPages, pageSize);
   pages.load(shard);
-  return { scripts, shard: pages, faults: faults.map(parseFault), perStepNs: cost[0], perTokenNs: cost[1] };
+  return { scripts: byRequest, shard: pages, faults: faults.map(parseFault), perStepNs: cost[0], perTokenNs: cost[1] };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -504,7 +515,7 @@ function parsePlan(body, numPages) {
 
 /** SPEC §3.7: the accepted drafts of a decode item that drafted `drafted`. */
 function verdict(scripts, requestId, verdictIndex, drafted) {
-  const script = Object.hasOwn(scripts, requestId) ? scripts[requestId] : null;
+  const script = scripts.get(requestId);
   if (!script || verdictIndex >= script.length) return drafted;
   const a = script[verdictIndex];
   return a < 0 ? 0 : a > drafted ? drafted : a;
