@@ -708,7 +708,7 @@ class Worker {
     if (this.answered.length > REMEMBERED_PLANS) this.answered.shift();
 
     const acting = await this.fire(plan, epoch, headerStep);
-    if (acting.delay) await this.waitUntil(now() + acting.delay.seconds);
+    // Several kinds acting before the step: the first of crash, exit, hang, delay wins (§11.3).
     if (acting.crash) await this.die('crash');
     if (acting.exit) await this.die('exit');
     if (acting.hang) {
@@ -721,6 +721,7 @@ class Worker {
       }
       return;
     }
+    if (acting.delay) await this.waitUntil(now() + acting.delay.seconds);
 
     const items = outcomes(plan, cfg.scripts, cfg.shard.pageSize);
     if (cfg.perStepNs || cfg.perTokenNs) {
