@@ -4,6 +4,8 @@ rung `overlap`, under audits and through a restore. A scheduler played by the te
 worker sends and how it exits on what it receives (protocol §3.4, §8.2, §9)."""
 from __future__ import annotations
 
+import hashlib
+import hmac
 import shutil
 import struct
 import subprocess
@@ -218,3 +220,43 @@ def test_a_closed_connection_ends_the_worker(configured):
     got, last = exit_line(worker, 10)
     assert got == 1 and "closed" in last
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_given_the_run_secret_proves_it_in_hello():
+    fake = FakeScheduler()
+    secret = bytes(range(32))
+    worker = subprocess.Popen([NODE, str(WORKER_DIR / "worker.js"), "--rank", "1", "--world-size", "2",
+                               "--connect", fake.address],
+                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        worker.stdin.write(secret.hex().encode() + b"\n")
+        worker.stdin.close()
+        hello = fake.recv()
+        assert unpack(hello[0]) == [5, 1, 0, 0, 1, 2]
+        pid, proof = unpack(hello[1])
+        assert pid == worker.pid
+        text = f"inferris-dist hello v5 rank=1 world=2 pid={pid}".encode()
+        assert proof == hmac.new(secret, text, hashlib.sha256).digest()
+        fake.send(pack([5, 9, 0, 0, -1, 2]), pack(["claims rank 1 from pid 1, not the worker we started"]))
+        assert exit_line(worker, 10) == (1, "worker-js rank 1: refused by the scheduler")
+    finally:
+        stop_all([worker])
+        fake.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_line_on_standard_input_that_is_not_a_secret_is_refused():
+    done = subprocess.run([NODE, str(WORKER_DIR / "worker.js"), "--connect", "tcp://127.0.0.1:9",
+                           "--rank", "0", "--world-size", "1"],
+                          input=b"not hex\n", capture_output=True, timeout=30)
+    assert done.returncode == 3
+    assert b"not hexadecimal" in done.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_frame_over_64_mib_closes_the_connection(configured):
+    fake, worker = configured
+    fake.send(header(6), b"\x90" * (64 * 1024 * 1024 + 1))
+    got, last = exit_line(worker, 10)
+    assert got == 1 and "closed" in last
