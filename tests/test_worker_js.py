@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.helpers.external import GOLDEN, REPO, Scheduler, exit_line, run_json, stop_all
+from tests.helpers.external import CLI, ENV, GOLDEN, REPO, Scheduler, exit_line, run_json, stop_all
 
 WORKER_DIR = REPO / "examples" / "worker-js"
 NODE = shutil.which("node")
@@ -25,10 +25,10 @@ pytestmark = [
 ]
 
 
-def node_worker(address: str, rank: int, world_size: int) -> subprocess.Popen:
+def node_worker(address: str, rank: int, world_size: int, *extra) -> subprocess.Popen:
     """One Node worker, started as someone else starts it: no secret (standard input at its end)."""
     return subprocess.Popen([NODE, str(WORKER_DIR / "worker.js"), "--connect", address, "--rank", str(rank),
-                             "--world-size", str(world_size)],
+                             "--world-size", str(world_size), *map(str, extra)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -260,3 +260,26 @@ def test_a_frame_over_64_mib_closes_the_connection(configured):
     fake.send(header(6), b"\x90" * (64 * 1024 * 1024 + 1))
     got, last = exit_line(worker, 10)
     assert got == 1 and "closed" in last
+
+
+@pytest.mark.timeout(120)
+def test_curve_keys_admit_node_workers_and_a_plaintext_one_is_turned_away(tmp_path):
+    keys = tmp_path / "keys"
+    done = subprocess.run([*CLI, "keys", keys, "--world-size", "2"], capture_output=True, env=ENV, timeout=60)
+    assert done.returncode == 0, done.stderr
+    spec = GOLDEN / "demo.spec.json"
+    sched = Scheduler(["--listen", "tcp://127.0.0.1:0", "--keys", keys, "--world-size", 2, "--json",
+                       "--spec", spec])
+    workers: list[subprocess.Popen] = []
+    try:
+        address = sched.listening()
+        workers.append(node_worker(address, 1, 2))              # no keys: never gets in
+        status, last = exit_line(workers[0], 20)
+        assert status == 1 and "handshake failed" in last
+        workers += [node_worker(address, r, 2, "--keys", keys) for r in range(2)]
+        status, out, err = sched.finish(60)
+        assert status == 0, err[-10:]
+        assert out == run_json(spec, "--world-size", 2)
+    finally:
+        sched.kill()
+        stop_all(workers)
