@@ -4,6 +4,7 @@ rung `overlap`, under audits and through a restore. A scheduler played by the te
 worker sends and how it exits on what it receives (protocol §3.4, §8.2, §9)."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import shutil
@@ -32,22 +33,35 @@ def node_worker(address: str, rank: int, world_size: int, *extra) -> subprocess.
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def launch_with_node(spec, world_size: int, *args) -> tuple[list[str], list[subprocess.Popen], Scheduler]:
-    """`launch --listen --json` of a workload with Node workers; its stdout once it ended (status 0)."""
+@contextlib.contextmanager
+def listening(spec, world_size: int, *args):
+    """A `launch --listen --json` scheduler of a workload, once it listens: (the scheduler, its
+    address, a list for the workers the test starts). Everything is stopped at the end."""
     sched = Scheduler(["--listen", "tcp://127.0.0.1:0", "--world-size", world_size, "--json", "--spec", spec,
                        *args])
     workers: list[subprocess.Popen] = []
     try:
-        address = sched.listening()
-        workers = [node_worker(address, r, world_size) for r in range(world_size)]
-        status, out, err = sched.finish(60)
-        assert status == 0, err[-10:]
-        for w in workers:
-            assert exit_line(w, 10) == (0, "")
-        return out, workers, sched
+        yield sched, sched.listening(), workers
     finally:
         sched.kill()
         stop_all(workers)
+
+
+def trace_of(sched: Scheduler) -> list[str]:
+    """The scheduler's stdout once it ended, with status 0."""
+    status, out, err = sched.finish(60)
+    assert status == 0, err[-10:]
+    return out
+
+
+def launch_with_node(spec, world_size: int, *args) -> list[str]:
+    """`launch --listen --json` of a workload with Node workers: its trace; every worker left with 0."""
+    with listening(spec, world_size, *args) as (sched, address, workers):
+        workers += [node_worker(address, r, world_size) for r in range(world_size)]
+        out = trace_of(sched)
+        for w in workers:
+            assert exit_line(w, 10) == (0, "")
+        return out
 
 
 GOLDEN_SAMPLE = [("demo", 1), ("speculative", 1), ("preemption", 2), ("cache_eviction", 2),
@@ -58,14 +72,14 @@ GOLDEN_SAMPLE = [("demo", 1), ("speculative", 1), ("preemption", 2), ("cache_evi
 @pytest.mark.parametrize(("name", "world_size"), GOLDEN_SAMPLE)
 def test_golden_trace_with_node_workers_is_run_json(name, world_size):
     spec = GOLDEN / f"{name}.spec.json"
-    out, _, _ = launch_with_node(spec, world_size)
+    out = launch_with_node(spec, world_size)
     assert out == run_json(spec, "--world-size", world_size)
 
 
 @pytest.mark.timeout(90)
 def test_overlap_items_planned_ahead_run_where_they_belong():
     spec = GOLDEN / "speculative.spec.json"
-    out, _, _ = launch_with_node(spec, 2, "--rung", "overlap")
+    out = launch_with_node(spec, 2, "--rung", "overlap")
     assert out == run_json(spec, "--world-size", 2, "--rung", "overlap")
 
 
@@ -73,7 +87,7 @@ def test_overlap_items_planned_ahead_run_where_they_belong():
 def test_audits_every_step_find_the_node_shards_whole(tmp_path):
     spec = GOLDEN / "random_002.spec.json"
     log = tmp_path / "wire.jsonl"
-    out, _, _ = launch_with_node(spec, 2, "--audit-every", 1, "--wire-log", log)
+    out = launch_with_node(spec, 2, "--audit-every", 1, "--wire-log", log)
     assert out == run_json(spec, "--world-size", 2)
     text = log.read_text()
     assert '"type": "SHARD"' in text and "audit-failed" not in text
@@ -82,22 +96,13 @@ def test_audits_every_step_find_the_node_shards_whole(tmp_path):
 @pytest.mark.timeout(120)
 def test_a_crash_acted_out_by_the_node_worker_is_restored_from_the_pool():
     spec = GOLDEN / "demo.spec.json"
-    sched = Scheduler(["--listen", "tcp://127.0.0.1:0", "--world-size", 2, "--json", "--spec", spec,
-                       "--fault", "1:crash@3", "--on-rank-loss", "restore"])
-    workers: list[subprocess.Popen] = []
-    try:
-        address = sched.listening()
-        workers = [node_worker(address, r, 2) for r in range(2)]
+    with listening(spec, 2, "--fault", "1:crash@3", "--on-rank-loss", "restore") as (sched, address, workers):
+        workers += [node_worker(address, r, 2) for r in range(2)]
         status, last = exit_line(workers[1], 30)
         assert status == -9 and "crashes" in last
         sched.err.until(r"waiting up to \d+ s for a replacement for rank 1", 30)
         workers.append(node_worker(address, 1, 2))
-        status, out, err = sched.finish(60)
-        assert status == 0, err[-10:]
-        assert out == run_json(spec, "--world-size", 2)
-    finally:
-        sched.kill()
-        stop_all(workers)
+        assert trace_of(sched) == run_json(spec, "--world-size", 2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,18 +273,9 @@ def test_curve_keys_admit_node_workers_and_a_plaintext_one_is_turned_away(tmp_pa
     done = subprocess.run([*CLI, "keys", keys, "--world-size", "2"], capture_output=True, env=ENV, timeout=60)
     assert done.returncode == 0, done.stderr
     spec = GOLDEN / "demo.spec.json"
-    sched = Scheduler(["--listen", "tcp://127.0.0.1:0", "--keys", keys, "--world-size", 2, "--json",
-                       "--spec", spec])
-    workers: list[subprocess.Popen] = []
-    try:
-        address = sched.listening()
+    with listening(spec, 2, "--keys", keys) as (sched, address, workers):
         workers.append(node_worker(address, 1, 2))              # no keys: never gets in
         status, last = exit_line(workers[0], 20)
         assert status == 1 and "handshake failed" in last
         workers += [node_worker(address, r, 2, "--keys", keys) for r in range(2)]
-        status, out, err = sched.finish(60)
-        assert status == 0, err[-10:]
-        assert out == run_json(spec, "--world-size", 2)
-    finally:
-        sched.kill()
-        stop_all(workers)
+        assert trace_of(sched) == run_json(spec, "--world-size", 2)
