@@ -652,6 +652,10 @@ class Worker {
     }
     if (msg.header.type === TYPE.REFUSED) this.refused(msg);
     if (msg.header.type !== TYPE.CONFIG) malformed(`${TYPE_NAME[msg.header.type]} before CONFIG`);
+    if (msg.header.rank !== this.args.rank || msg.header.worldSize !== this.args.worldSize) {
+      malformed(`a CONFIG for rank ${msg.header.rank} of ${msg.header.worldSize}, not rank ${this.args.rank} `
+                + `of ${this.args.worldSize} (§6.5)`);
+    }
     this.config = parseConfig(decodeFrame(msg.body, MAX_FRAME, 'CONFIG'));
     await this.send([this.header(TYPE.READY, msg.header.epoch, 0), encoder.encode([])]);
     for (;;) {
