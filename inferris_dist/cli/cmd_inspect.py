@@ -72,8 +72,8 @@ from inferris_dist.cli.args import EXIT_OK, int_arg
 from inferris_dist.cli.flags import described
 from inferris_dist.cli.render import STEP_WIDTH, Style, human_bytes, shown
 from inferris_dist.engine import WorkloadError
-from inferris_dist.observe import schema
 from inferris_dist.protocol.placement import MAX_WORLD_SIZE
+from inferris_dist.wirelog import schema
 
 JSON_HELP = __doc__[__doc__.index("--json:"):]      # the shapes, for `inspect --help`
 
