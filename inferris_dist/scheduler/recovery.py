@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from contextlib import contextmanager
+from operator import attrgetter
 from typing import Iterator, NamedTuple
 
 from inferris_dist.engine import (
@@ -49,9 +50,9 @@ MAX_RECOVERIES_KEPT = 256       # recoveries kept between two takes (the restart
 RECOVERABLE = (RankLost, GroupViolation, BoundaryViolation, ShardDivergence)
 # The engine's state, read through the DistributedEngine (what the command line, the metrics and
 # a check after each step read of a run); stepping the engine is the DistributedEngine's own.
-READ_THROUGH = frozenset({"workload", "config", "rung", "fields", "requests", "by_id", "pool", "cache",
-                          "keys", "scheduler", "executor", "step_id", "next_step", "num_unfinished",
-                          "done", "is_idle", "summary", "snapshot", "trace_json", "json_line"})
+READ_THROUGH = ("workload", "config", "rung", "fields", "requests", "by_id", "pool", "cache", "keys",
+                "scheduler", "executor", "step_id", "next_step", "num_unfinished", "done", "is_idle",
+                "summary", "snapshot", "trace_json", "json_line")
 
 
 class Recovery(NamedTuple):
@@ -70,6 +71,14 @@ class Recovery(NamedTuple):
     hosts: tuple[str, ...] = ()   # where the replacements joined from (members we did not start)
 
 
+def _reading_through(cls: type) -> type:
+    """The engine's state (READ_THROUGH) as read-only attributes of the class."""
+    for name in READ_THROUGH:
+        setattr(cls, name, property(attrgetter(f"engine.{name}"), doc=f"the engine's `{name}`"))
+    return cls
+
+
+@_reading_through
 class DistributedEngine:
     """The engine on processes: drives `engine`, an `Engine` whose executor is `group`, one step
     at a time, telling the recorder what happened and recovering what fails as the policy says.
@@ -92,11 +101,6 @@ class DistributedEngine:
         self._idle_from: int | None = None         # the first step of the idle stretch we are in
         self.scheduler_s = 0.0                     # the scheduler's planning and committing, timed
         self.hidden_s = 0.0                        # of it, what ran while a plan was in flight
-
-    def __getattr__(self, name: str):
-        if name in READ_THROUGH:
-            return getattr(self.engine, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def take_recoveries(self) -> list[Recovery]:
         recoveries = list(self.recoveries)
