@@ -8,7 +8,7 @@ went out.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Iterator, NamedTuple
 
 from . import caching, overlap, speculation
@@ -30,7 +30,6 @@ _NONE: dict = {}          # no pages reserved (never written)
 # the trace's words for what phases 12 and 13 decide
 _TOKEN, _EOS = SampleResult.TOKEN.value, SampleResult.EOS.value
 _BY_EOS, _BY_LENGTH = FinishReason.EOS.value, FinishReason.LENGTH.value
-_NO_SPAN = nullcontext()
 
 
 class PreparedStep(NamedTuple):
@@ -84,6 +83,7 @@ class Engine:
         # Overlap scheduling (engine/overlap.py): the step in flight, whose tokens the next
         # plan assumes, and the step planned ahead of it (sent, not yet assumed).
         self._overlap = the_rung.overlap
+        self._commit_as = self._commit_overlapped if the_rung.overlap else self._commit_planned
         self._in_flight: PreparedStep | None = None
         self._ahead: PreparedStep | None = None
         self._taken_as_finished = 0    # requests the step in flight is assumed to finish
@@ -140,32 +140,26 @@ class Engine:
 
     def overlapped_step(self) -> StepTrace:
         """Commit one step, with the next one planned and sent before this one's result is
-        read: prepare k (unless it went out ahead of k-1), prepare k+1 from k's assumptions,
-        commit k, then let k+1's plan assume k's tokens."""
+        read: send k (unless it went out ahead of k-1), send k+1 planned from k's assumptions,
+        then collect and commit k, whose commit lets k+1's plan assume k's tokens."""
         current = self._in_flight
         if current is None:
-            with self.phase("prepare", self.next_step):
-                current = self.send(self.prepare())
-            self.assume(current)
-        self._ahead = None
+            current = self.send_in_flight(self.prepare())
         if self.can_plan_ahead():
-            with self.phase("prepare", self.next_step):
-                self._ahead = self.send(self.prepare())
-        trace = self.finish(current)
-        ahead, self._in_flight, self._ahead = self._ahead, None, None
-        if ahead is not None:
-            self.assume(ahead)
-        return trace
+            self.send_ahead(self.prepare())
+        with _failing_at(current.step):
+            result = self.executor.collect(current.flight)
+        return self.commit(current, result)
 
-    def finish(self, prepared: PreparedStep) -> StepTrace:
-        """Collect the result of a plan sent and commit it (on processes, with recovery)."""
-        with _failing_at(prepared.step):
-            result = self.executor.collect(prepared.flight)
-        return self.commit(prepared, result)
+    @property
+    def in_flight(self) -> PreparedStep | None:
+        """Overlap: the step sent whose tokens the next plan assumes (None: no plan is out)."""
+        return self._in_flight
 
-    def phase(self, name: str, step: int):
-        """A stretch of the control plane's work, for whoever times it (in process: nobody)."""
-        return _NO_SPAN
+    @property
+    def ahead(self) -> PreparedStep | None:
+        """Overlap: the step planned and sent ahead of the step in flight, if one was."""
+        return self._ahead
 
     def dispatch(self, prepared: PreparedStep) -> PreparedStep:
         """The plan goes to the executor; the step holds what `submit` returned, its flight."""
@@ -177,9 +171,20 @@ class Engine:
         self.pool.plan_in_flight(prepared.step, (item.placements for item in prepared.plan.items))
         return prepared
 
-    def assume(self, prepared: PreparedStep) -> None:
+    def send_in_flight(self, prepared: PreparedStep) -> PreparedStep:
+        """Sent as the step in flight: the next plan assumes its tokens."""
+        prepared = self.send(prepared)
+        self._assume(prepared)
+        return prepared
+
+    def _assume(self, prepared: PreparedStep) -> None:
         self._taken_as_finished = overlap.assume(prepared.work, prepared.voided)
         self._in_flight = prepared
+
+    def send_ahead(self, prepared: PreparedStep) -> None:
+        """Sent ahead of the step in flight, planned from its assumptions; its commit makes this
+        the step in flight."""
+        self._ahead = self.send(prepared)
 
     def can_plan_ahead(self) -> bool:
         """The step in flight has work to overlap with (an empty one commits first: planning
@@ -190,12 +195,12 @@ class Engine:
             len(self.scheduler.running) > self._taken_as_finished
             or self.scheduler.next_arrival() <= self.next_step)
 
-    def withdraw_in_flight(self, prepared: PreparedStep) -> PreparedStep:
-        """Overlap, before a recompute plans `prepared`'s step again from nothing: its
-        assumptions go (every request as committed), the step planned ahead of it is withdrawn
-        (what it admitted waits again; a step planned ahead preempts no one, and the pages it
-        gave out go with every other page), and no plan is in flight any more. Returns
-        `prepared` to plan again."""
+    def _withdraw_in_flight(self, prepared: PreparedStep) -> None:
+        """Overlap, before `prepared`'s step is planned again from nothing: its assumptions go
+        (every request as committed), the step planned ahead of it is withdrawn (what it
+        admitted waits again; a step planned ahead preempts no one, and the pages it gave out go
+        with every other page), and no plan is in flight any more. At any other rung nothing
+        was assumed, sent ahead or held back, and nothing changes."""
         for req, _, _ in prepared.work:
             if req.assumed is not None:
                 overlap.settle(req)
@@ -204,12 +209,11 @@ class Engine:
         self.pool.plans_withdrawn()
         self.next_step = prepared.step + 1
         if ahead is None:
-            return prepared
+            return
         admitted = [self.by_id[rid] for rid in ahead.admitted]
         for req in admitted:
             preempt(req, self.pool)            # pages it was given (a reuse, its first chunk) go back
         self.scheduler.unadmit(admitted)
-        return prepared
 
     # -- phases 1 to 6 ---------------------------------------------------------------
 
@@ -245,10 +249,13 @@ class Engine:
     def replan_without_pages(self, prepared: PreparedStep) -> PreparedStep:
         """Every page is lost (the executor came back empty): plan the step again from nothing.
 
-        Every RUNNING request holding pages is preempted, the cache is emptied,
-        and phases 2 to 6 run again for the same step. The step's trace shows
-        these preemptions; what each request generates is unchanged.
+        Whatever was assumed of plans in flight goes first (overlap); every
+        RUNNING request holding pages is preempted, the cache is emptied, and
+        phases 2 to 6 run again for the same step. The step's trace shows these
+        preemptions; what each request generates is unchanged. The step comes
+        back unsent.
         """
+        self._withdraw_in_flight(prepared)
         lost = self.drop_all_pages()
         again = self._plan(prepared.step, prepared.admitted)
         return again._replace(preempted=prepared.preempted + lost + again.preempted,
@@ -299,15 +306,18 @@ class Engine:
         except EngineError as e:
             e.step = prepared.step
             raise
-        if self._overlap:
-            return self._commit_overlapped(prepared, result)
+        return self._commit_as(prepared, result)
+
+    def _commit_planned(self, prepared: PreparedStep, result: ExecutionResult) -> StepTrace:
+        """Every rung but `overlap`: phases 9 to 13 on the plan's items."""
         return self._commit(prepared, prepared.work, result.outcomes)
 
     def _commit_overlapped(self, prepared: PreparedStep, result: ExecutionResult) -> StepTrace:
         """Phases 9 to 13 from the committed state, as at `full`, for the items not discarded;
         then what differs from what the next plan assumed is given back: an item of a request
         that finished by EOS is discarded from the next step, one whose drafts were rejected
-        stands, started as much earlier (the ranks know by how much; the next commit checks)."""
+        stands, started as much earlier (the ranks know by how much; the next commit checks).
+        Last, the step sent ahead (if one was) becomes the step in flight."""
         voided, ahead = prepared.voided, self._ahead
         reserved = {} if ahead is None else {req.request_id: n for req, n, _ in ahead.work
                                              if req.request_id not in ahead.voided}
@@ -337,7 +347,11 @@ class Engine:
             if rid in real:
                 returned[rid] = real[rid]
         self.pool.plan_landed(prepared.step, (item.placements for item in prepared.plan.items))
-        return trace._replace(discarded=discarded, returned=returned)
+        trace = trace._replace(discarded=discarded, returned=returned)
+        self._in_flight = self._ahead = None
+        if ahead is not None:
+            self._assume(ahead)
+        return trace
 
     def _commit(self, prepared: PreparedStep, work: list, outcomes, reserved: dict[str, int] = _NONE
                 ) -> StepTrace:

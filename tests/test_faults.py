@@ -394,20 +394,22 @@ ATOMIC = [
 @pytest.mark.parametrize("fault,error,where", ATOMIC, ids=[a[0] for a in ATOMIC])
 def test_failed_step_commits_nothing(fault, error, where):
     with inferris_dist.launch(DEMO, world_size=WORLD_SIZE, step_timeout=STEP_TIMEOUT,
-                              on_rank_loss="abort", faults=[fault]) as engine:
-        assert [engine.step().to_json() for _ in range(2)] == BASELINE[:2]
+                              on_rank_loss="abort", faults=[fault]) as driver:
+        steps = driver.run()
+        assert [next(steps).to_json() for _ in range(2)] == BASELINE[:2]
+        engine = driver.engine                          # the Engine the distributed engine drives
         prepared = engine.prepare()
         assert prepared.step == 2
         snap = engine.snapshot()
         with pytest.raises(error) as info:
-            result = engine.group.execute(prepared.plan)
+            result = driver.group.execute(prepared.plan)
             assert where == "commit", "execute should have failed"
             assert engine.snapshot() == snap, "execute changed the control plane"
             engine.commit(prepared, result)
         assert engine.snapshot() == snap
         assert engine.step_id == 2
         if where == "execute":
-            assert info.value.epoch == 0 and info.value.step in (None, 2)   # engine.step() sets it
+            assert info.value.epoch == 0 and info.value.step in (None, 2)   # the driver's loop sets it
         if error is RankLost:
             assert info.value.rank == 1
 

@@ -5,9 +5,10 @@
         for trace in engine.run():
             print(trace.to_json())
 
-`engine` is an `engine.Engine` whose executor is a `ProcessGroup`; its
-`run()` also audits every rank's shard at the end (and every `audit_every`
-steps), and a failed step follows `on_rank_loss` (abort, restore, recompute).
+`engine` is a `DistributedEngine`, driving an `engine.Engine` whose executor
+is a `ProcessGroup` (the engine's state reads through it); its `run()` also
+audits every rank's shard at the end (and every `audit_every` steps), and a
+failed step follows `on_rank_loss` (abort, restore, recompute).
 
 With `listen="tcp://ADDR:PORT"` the group spawns nothing: it binds there and
 waits `join_timeout` seconds for workers someone else starts

@@ -1,9 +1,15 @@
 """The engine on real processes, and what it does when a step fails there.
 
+`DistributedEngine` drives an `Engine` whose executor is a `ProcessGroup`:
+the engine prepares a step (phases 1 to 6), its plan goes to the group, the
+group collects every rank's result, and the engine commits it (phases 9 to
+13). One loop for `full` and one for `overlap` sit side by side below, each
+a step read top to bottom: prepare, submit, collect or recover, commit.
+
 A step whose execution fails (a rank lost, a protocol error, a
 GroupViolation or BoundaryViolation) has committed nothing: the control
 plane is exactly as it was when the plan went out. The policy decides what
-follows:
+follows (the loop's "or recover"):
 
 - abort: stop, with the failure attributed (rank, step, epoch, kind).
 - restore: replace the lost rank (every rank, when none can be blamed) with a
@@ -21,6 +27,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from contextlib import contextmanager
+from operator import attrgetter
 from typing import Iterator, NamedTuple
 
 from inferris_dist.engine import (
@@ -28,6 +35,7 @@ from inferris_dist.engine import (
     Engine,
     EngineError,
     GroupViolation,
+    PreparedStep,
     RankLost,
     StepTrace,
     Workload,
@@ -40,6 +48,11 @@ from inferris_dist.scheduler.options import LaunchOptions
 BUSY_PHASES = ("prepare", "commit")   # the scheduler's own work in a step
 MAX_RECOVERIES_KEPT = 256       # recoveries kept between two takes (the restarts of one step)
 RECOVERABLE = (RankLost, GroupViolation, BoundaryViolation, ShardDivergence)
+# The engine's state, read through the DistributedEngine (what the command line, the metrics and
+# a check after each step read of a run); stepping the engine is the DistributedEngine's own.
+READ_THROUGH = ("workload", "config", "rung", "fields", "requests", "by_id", "pool", "cache", "keys",
+                "scheduler", "executor", "step_id", "next_step", "num_unfinished", "done", "is_idle",
+                "summary", "snapshot", "trace_json", "json_line")
 
 
 class Recovery(NamedTuple):
@@ -58,10 +71,22 @@ class Recovery(NamedTuple):
     hosts: tuple[str, ...] = ()   # where the replacements joined from (members we did not start)
 
 
-class DistributedEngine(Engine):
+def _reading_through(cls: type) -> type:
+    """The engine's state (READ_THROUGH) as read-only attributes of the class."""
+    for name in READ_THROUGH:
+        setattr(cls, name, property(attrgetter(f"engine.{name}"), doc=f"the engine's `{name}`"))
+    return cls
+
+
+@_reading_through
+class DistributedEngine:
+    """The engine on processes: drives `engine`, an `Engine` whose executor is `group`, one step
+    at a time, telling the recorder what happened and recovering what fails as the policy says.
+    The engine's state reads through it (READ_THROUGH: `step_id`, `requests`, `summary()`, ...)."""
+
     def __init__(self, workload: Workload, group: ProcessGroup, options: LaunchOptions | None = None):
         options = options or group.options
-        super().__init__(workload, executor=group, rung=options.rung)
+        self.engine = Engine(workload, executor=group, rung=options.rung)
         if options.on_rank_loss not in POLICIES:
             raise ValueError(f"unknown policy {options.on_rank_loss!r}")
         self.group = group
@@ -77,75 +102,108 @@ class DistributedEngine(Engine):
         self.scheduler_s = 0.0                     # the scheduler's planning and committing, timed
         self.hidden_s = 0.0                        # of it, what ran while a plan was in flight
 
-    def run(self) -> Iterator[StepTrace]:
-        """The engine's own loop, with the shard audited every `audit_every` steps that
-        crossed the boundary, and always at the end."""
-        for trace in super().run():
-            yield trace
-            if (self._idle_from is None and self.audit_every and not self.done
-                    and (trace.step + 1) % self.audit_every == 0):
-                self.audit(trace.step)
-        self._end_idle()
-        self.audit(self.step_id - 1)
-
-    def idle_step(self) -> StepTrace:
-        """No plan crosses: the scheduler answers an empty one itself (one record per stretch
-        of such steps)."""
-        if self._idle_from is None:
-            self._idle_from = self.step_id
-        return super().idle_step()
-
-    def _end_idle(self) -> None:
-        if self._idle_from is not None:
-            self.recorder.idle(self._idle_from, self.step_id - 1)
-        self._idle_from = None
-
     def take_recoveries(self) -> list[Recovery]:
         recoveries = list(self.recoveries)
         self.recoveries.clear()
         self.recoveries_unshown = 0
         return recoveries
 
-    # -- one step: prepare and send, then collect and commit, recovering what fails ---------
-
-    def step(self) -> StepTrace:
-        """The engine's step on processes: the plan sent, then `finish`; at `overlap` the
-        engine's own overlapped step, with the same `finish`."""
+    def run(self) -> Iterator[StepTrace]:
+        """Every step committed, with every rank's shard audited every `audit_every` steps that
+        crossed the boundary, and always at the end."""
+        yield from (self._overlap_loop() if self.engine.rung.overlap else self._full_loop())
         self._end_idle()
-        if self._overlap:
-            trace = self.overlapped_step()
-        else:
-            with self.phase("prepare", self.next_step):
-                prepared = self.dispatch(self.prepare())
-            trace = self.finish(prepared)
-        self.recorder.committed(self, trace, self.group.epoch)
-        return trace
+        self._audit(self.engine.step_id - 1)
 
-    def prepare(self):
-        """A recompute found by the audit preempted requests between steps: shown with the next."""
-        prepared = super().prepare()
+    # -- the two loops: one step, prepare, submit, collect or recover, commit -------------------
+
+    def _full_loop(self) -> Iterator[StepTrace]:
+        """At `full` one plan is out at a time: it is prepared and submitted, then its result
+        is collected (or the failure recovered) and committed."""
+        engine = self.engine
+        while not engine.done:
+            if engine.is_idle():
+                trace = self._idle_step()
+            else:
+                self._end_idle()
+                with self.phase("prepare", engine.next_step):
+                    step = engine.dispatch(self._prepare())
+                trace = self._collect_and_commit(step, engine.dispatch)
+                self.recorder.committed(engine, trace, self.group.epoch)
+            yield trace
+            self._between_steps(trace)
+
+    def _overlap_loop(self) -> Iterator[StepTrace]:
+        """At `overlap` step k+1's plan goes out before step k's result is read: k is sent
+        (unless it went out ahead of k-1), k+1 is planned from k's assumptions and sent, then k
+        is collected (or recovered) and committed, and k+1 becomes the step in flight."""
+        engine = self.engine
+        while not engine.done:
+            if engine.is_idle():
+                trace = self._idle_step()
+            else:
+                self._end_idle()
+                step = engine.in_flight
+                if step is None:
+                    with self.phase("prepare", engine.next_step):
+                        step = engine.send_in_flight(self._prepare())
+                if engine.can_plan_ahead():
+                    with self.phase("prepare", engine.next_step):
+                        engine.send_ahead(self._prepare())
+                trace = self._collect_and_commit(step, engine.send_in_flight)
+                self.recorder.committed(engine, trace, self.group.epoch)
+            yield trace
+            self._between_steps(trace)
+
+    def _prepare(self) -> PreparedStep:
+        """The engine's phases 1 to 6; what a recompute found by the audit preempted between
+        steps is shown with this step."""
+        prepared = self.engine.prepare()
         if self._preempted_between_steps:
             prepared = prepared._replace(preempted=self._preempted_between_steps + prepared.preempted)
             self._preempted_between_steps = []
         return prepared
 
-    def finish(self, prepared) -> StepTrace:
-        """Collect `prepared`'s flight and commit it; a failure is recovered by the policy, with
-        the plans in flight (at `overlap` the next step's is one), and the step collected again."""
+    def _collect_and_commit(self, step: PreparedStep, send_again) -> StepTrace:
+        """Collect `step`'s result and commit it. A failure goes to the policy, with the plans
+        out (at `overlap` the step ahead's is one), and the step is collected again: the same
+        plans sent again in a new epoch, or the step planned again and sent by `send_again`."""
         while True:
             try:
-                with self.phase("execute", prepared.step):
-                    result = self.group.collect(prepared.flight)
-                with self.phase("commit", prepared.step):
-                    return self.commit(prepared, result)
+                with self.phase("execute", step.step):
+                    result = self.group.collect(step.flight)
+                with self.phase("commit", step.step):
+                    return self.engine.commit(step, result)
             except RECOVERABLE as err:
-                err.step = prepared.step
+                err.step = step.step
                 if err.epoch is None:
                     err.epoch = self.group.epoch
-                with self.phase("recover", prepared.step):
-                    prepared = self._recover_sent(err, prepared)
+                with self.phase("recover", step.step):
+                    step = self._recover_sent(err, step, send_again)
+
+    def _between_steps(self, trace: StepTrace) -> None:
+        """The shard audited every `audit_every` steps that crossed the boundary (not the last:
+        the run's end audits it), then the engine's own check that the run progresses."""
+        if (self._idle_from is None and self.audit_every and not self.engine.done
+                and (trace.step + 1) % self.audit_every == 0):
+            self._audit(trace.step)
+        self.engine.check_progress(trace)
+
+    def _idle_step(self) -> StepTrace:
+        """No plan crosses: the scheduler answers an empty one itself (one record per stretch
+        of such steps)."""
+        if self._idle_from is None:
+            self._idle_from = self.engine.step_id
+        return self.engine.idle_step()
+
+    def _end_idle(self) -> None:
+        if self._idle_from is not None:
+            self.recorder.idle(self._idle_from, self.engine.step_id - 1)
+        self._idle_from = None
 
     def phase(self, name: str, step: int):
+        """A stretch of the scheduler's work, for the recorder (planning and committing also
+        timed here)."""
         if name in BUSY_PHASES:
             return self._busy(name, step)
         return self.recorder.phase(name, step)
@@ -165,34 +223,33 @@ class DistributedEngine(Engine):
             if ahead:
                 self.hidden_s += took
 
-    def audit(self, step: int) -> None:
+    def _audit(self, step: int) -> None:
         """Every rank's shard against the pool; a divergent rank is recovered like a lost one."""
         while True:
             try:
-                return self.group.audit(self.pool.slots, step)
+                return self.group.audit(self.engine.pool.slots, step)
             except RECOVERABLE as err:
-                if self._in_flight is None:
+                in_flight = self.engine.in_flight
+                if in_flight is None:
                     self._recover(err, None)
                 else:                          # overlap: the next step's plan is in flight
-                    self._recover_sent(err, self._in_flight, in_audit=True)
+                    self._recover_sent(err, in_flight, self.engine.send_in_flight, in_audit=True)
 
     # -- recovery: the budget, then the policy ----------------------------------------------
 
-    def _recover_sent(self, err: EngineError, current, in_audit: bool = False):
+    def _recover_sent(self, err: EngineError, current: PreparedStep, send_again, in_audit: bool = False
+                      ) -> PreparedStep:
         """Recover with `current`'s plan sent (and at `overlap` maybe the step ahead's too);
         returns the step to collect next, its plan sent. `in_audit`: the failure was found by
         the audit after the step before `current`."""
         again = self._recover(err, current, in_audit)
+        ahead = self.engine.ahead
         if again is current:                   # restore: the same plans, in order, new epoch
             self.group.resend(current.flight)
-            if self._ahead is not None:
-                self.group.resend(self._ahead.flight)
+            if ahead is not None:
+                self.group.resend(ahead.flight)
             return current
-        if self._overlap:                      # recompute: planned again, nothing ahead of it
-            again = self.send(again)
-            self.assume(again)
-            return again
-        return self.dispatch(again)
+        return send_again(again)               # recompute: planned again, nothing ahead of it
 
     def _recover(self, err: EngineError, prepared, in_audit: bool = False):
         """Restart what failed, as the policy says. The budget counts recoveries: one recovery
@@ -246,7 +303,7 @@ class DistributedEngine(Engine):
 
     def _restore(self, ranks, step: int, prepared):
         """restore: new members whose shards are the control plane's pool; the same plan again."""
-        shard = self.pool.slots.snapshot()
+        shard = self.engine.pool.slots.snapshot()
         ranks, pids = self.group.restart(ranks, shard, step, "restore")
         return prepared, ranks, pids, len(shard), []
 
@@ -256,11 +313,9 @@ class DistributedEngine(Engine):
         next step)."""
         ranks, pids = self.group.restart(ranks, [], step, "recompute")
         if prepared is None:
-            preempted = self.drop_all_pages()
+            preempted = self.engine.drop_all_pages()
             self._preempted_between_steps += preempted
             return None, ranks, pids, 0, preempted
         before = set(prepared.preempted)
-        if self._overlap:
-            prepared = self.withdraw_in_flight(prepared)
-        prepared = self.replan_without_pages(prepared)
+        prepared = self.engine.replan_without_pages(prepared)
         return prepared, ranks, pids, 0, [r for r in prepared.preempted if r not in before]

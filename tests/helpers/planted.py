@@ -10,7 +10,7 @@ class ShortRestore(DistributedEngine):
     """restore rebuilds the new rank's shard one page short (the last page the pool holds)."""
 
     def _restore(self, ranks, step: int, prepared):
-        shard = self.pool.slots.snapshot()[:-1]
+        shard = self.engine.pool.slots.snapshot()[:-1]
         ranks, pids = self.group.restart(ranks, shard, step, "restore")
         return prepared, ranks, pids, len(shard), []
 
@@ -19,15 +19,15 @@ class LiesWhenTwoFaultsMeet(DistributedEngine):
     """Reports one token fewer for the step's first request whenever two faults fire at that
     step (whatever they are, on whichever ranks)."""
 
-    def step(self):
-        trace = super().step()
-        meeting = [f for f in self.group.faults if f.fires(trace.step)]
-        if len(meeting) >= 2 and trace.executed:
-            first = next(iter(trace.executed))
-            executed = dict(trace.executed)
-            executed[first] -= 1
-            trace = trace._replace(executed=executed)
-        return trace
+    def run(self):
+        for trace in super().run():
+            meeting = [f for f in self.group.faults if f.fires(trace.step)]
+            if len(meeting) >= 2 and trace.executed:
+                first = next(iter(trace.executed))
+                executed = dict(trace.executed)
+                executed[first] -= 1
+                trace = trace._replace(executed=executed)
+            yield trace
 
 
 class BlamesTheNeighbour(DistributedEngine):
