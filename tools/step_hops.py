@@ -15,8 +15,8 @@ import os
 import sys
 
 import inferris_dist
-from inferris_dist.engine import load_workload
 from inferris_dist.cli.workload_source import DEMO
+from inferris_dist.engine import load_workload
 
 PARTS = ("/inferris_dist/", "/engine/", "/launcher/")
 
