@@ -18,7 +18,7 @@ from inferris_dist.cli.flags import add_knob_flags, add_max_restarts, add_step_t
 from inferris_dist.cli.workload_source import workload_from_flags
 from inferris_dist.engine import WorkloadError
 from inferris_dist.engine.rungs import NAMES as RUNG_NAMES
-from inferris_dist.protocol.faults import POLICIES
+from inferris_dist.protocol.faults import LINK_KINDS, POLICIES
 
 DEFAULT_RUNS = 100
 
@@ -57,6 +57,13 @@ def add_arguments(p) -> None:
                    help="fault kinds to draw, each with a weight (default: every kind, alike)")
     e.add_argument("--max-faults", type=int_arg, default=3, metavar="K",
                    help="at most this many faults in a schedule (default 3)")
+    e.add_argument("--worker", metavar="'COMMAND'",
+                   help="run every schedule on COMMAND, a worker that speaks docs/protocol.md "
+                        "({connect}, {rank}, {world_size}; the run secret on stdin): the link's kinds "
+                        "only, unless --profile faults says it acts out the rank's kinds too")
+    e.add_argument("--profile", choices=("faults",),
+                   help="with --worker: the worker implements protocol.md's faults profile, so every "
+                        "kind is drawn")
     add_step_timeout(e, DEFAULT_STEP_TIMEOUT, ": a hang costs this much")
     add_max_restarts(e)
     e.add_argument("--shard", type=shard_arg, default=(0, 1), metavar="K/N",
@@ -150,9 +157,24 @@ def run_chaos(args) -> int:
                              f"({', '.join(workload.faults)}) are left out: chaos draws the faults\n")
             workload = workload._replace(faults=())
         workloads = [(name, workload)]
+    kinds = parse_kind_weights(args.kinds)
+    if args.worker is not None:
+        from inferris_dist.launcher.command import CommandError, command_words
+        try:
+            command_words(args.worker)
+        except CommandError as e:
+            raise UsageError(f"inferris-dist chaos: {e}") from None
+        if args.profile is None:     # a foreign worker acts out no fault of its own unless it says so
+            acted = sorted(k for k in kinds if k not in LINK_KINDS)
+            if args.kinds and acted:
+                raise UsageError(f"inferris-dist chaos: --kinds {', '.join(acted)}: a worker acts these "
+                                 f"out itself; with --worker, add --profile faults if it implements them")
+            kinds = {k: w for k, w in kinds.items() if k in LINK_KINDS}
+    elif args.profile is not None:
+        raise UsageError("inferris-dist chaos: --profile is said of a --worker")
     config = ChaosConfig(workloads, seed, tuple(args.rung), tuple(args.policy), args.world_size,
-                         parse_kind_weights(args.kinds), args.max_faults, args.step_timeout,
-                         args.max_restarts, args.random_workloads)
+                         kinds, args.max_faults, args.step_timeout, args.max_restarts,
+                         args.random_workloads)
     if args.max_faults > args.max_restarts and any(p != "abort" for p in args.policy):
         sys.stderr.write(f"inferris-dist: note: up to {args.max_faults} faults a schedule and "
                          f"--max-restarts {args.max_restarts}: under restore or recompute a schedule "
@@ -161,7 +183,7 @@ def run_chaos(args) -> int:
     runs = DEFAULT_RUNS if args.runs is None and args.time is None else args.runs
     out = sys.stdout
     if not args.json:
-        out.write(_header(config, seed, drawn_seed, runs, args.time, args.shard) + "\n")
+        out.write(_header(config, seed, drawn_seed, runs, args.time, args.shard, args.worker) + "\n")
         out.flush()
     live = Live(sys.stderr)
 
@@ -173,7 +195,8 @@ def run_chaos(args) -> int:
             out.flush()
         live.update(report)
 
-    with Session(step_timeout=config.step_timeout, max_restarts=config.max_restarts) as session:
+    with Session(step_timeout=config.step_timeout, max_restarts=config.max_restarts,
+                 worker=args.worker) as session:
         try:
             report = explore(config, runs=runs, seconds=args.time, shard=args.shard, session=session,
                              on_run=on_run)
@@ -227,7 +250,7 @@ def shrink_breaks(report, config, session, args, out) -> None:
         out.flush()
 
 
-def _header(config, seed: int, drawn: bool, runs, seconds, shard) -> str:
+def _header(config, seed: int, drawn: bool, runs, seconds, shard, worker: str | None = None) -> str:
     names = ", ".join(render.shown(n) for n, _ in config.workloads)
     if config.random_workloads:
         names = f"{len(config.workloads)} random workloads"
@@ -241,7 +264,8 @@ def _header(config, seed: int, drawn: bool, runs, seconds, shard) -> str:
     return (f"chaos: seed {seed}{again}, {much}{part} on {names}; rung {', '.join(config.rungs)}; "
             f"policy {', '.join(config.policies)}; world size {sizes}; kinds {kinds_text}; "
             f"up to {config.max_faults} faults; step timeout {config.step_timeout:g} s, "
-            f"max restarts {config.max_restarts}")
+            f"max restarts {config.max_restarts}"
+            + (f"; worker {render.shown(worker)}" if worker is not None else ""))
 
 
 def _all_kinds():
