@@ -2,7 +2,7 @@
 live server, measured: the reasons `serve` keeps its own bounded server and its own histograms
 (docs/ARCHITECTURE.md, "Written by hand, and why").
 
-    python examples/bench_live_parts.py
+    python examples/bench_live_parts.py [--slow-seconds S]
 
 It starts `http.server.ThreadingHTTPServer` on loopback with a handler whose socket timeout is
 5 s (the live server's HEAD_SECONDS), sends it a request head of about 6 MB and a client that
@@ -71,12 +71,18 @@ def per_observe(observe, values) -> float:
 
 
 def main() -> None:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--slow-seconds", type=float, default=2 * HEAD_SECONDS,
+                    help=f"how long the slow client sends (default {2 * HEAD_SECONDS:g}: twice the live "
+                         f"server's limit)")
+    slow_s = ap.parse_args().slow_seconds
     srv, port = _stdlib_server()
     size, answer = big_head(port)
     print(f"http.server: a head of {size / 1e6:.1f} MB answered {answer.decode()!r} "
           f"(the live server's cap: {MAX_HEAD} bytes, 431 past it)")
-    held = slow_client(port, 2 * HEAD_SECONDS)
-    print(f"http.server: a client sending a byte a second held after {2 * HEAD_SECONDS:g} s: {held} "
+    held = slow_client(port, slow_s)
+    print(f"http.server: a client sending a byte a second held after {slow_s:g} s: {held} "
           f"(the live server closes a head not sent within {HEAD_SECONDS:g} s)")
     srv.shutdown()
     values = [random.random() * 0.01 for _ in range(200_000)]

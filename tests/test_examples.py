@@ -34,8 +34,18 @@ def test_every_example_is_run_here():
            "faulty.spec.json",                        # faults.sh's workload
            "bare_echo.py",                            # bench_boundary.py's transport floor
            "test_my_executor.py",                     # test_testing_api.py: pytest in a clean venv
-           "bench_page.py"}                           # test_page_scale.py
+           "bench_page.py",                           # test_page_scale.py
+           "bench_live_parts.py"}
     assert {p.name for p in EXAMPLES.iterdir() if p.is_file()} == ran
+
+
+def test_bench_live_parts(tmp_path):
+    """What http.server and prometheus_client would cost the live server, as ARCHITECTURE.md says."""
+    out = example("bench_live_parts.py", "--slow-seconds", 6, cwd=tmp_path)
+    assert re.search(r"^http\.server: a head of [\d.]+ MB answered 'HTTP/1\.0 200 OK'", out, re.M), out
+    assert "a client sending a byte a second held after 6 s: True" in out, out
+    observe = r"^an observation: live state \d+ ns, prometheus_client \d+ ns, with a rank label \d+ ns$"
+    assert re.search(observe, out, re.M), out
 
 
 def test_library(tmp_path):
