@@ -167,6 +167,72 @@ def test_shards_merge_into_the_unsharded_table(tmp_path):
         assert len(refused.stderr.splitlines()) == 1 and "Traceback" not in refused.stderr
 
 
+@pytest.fixture(scope="module")
+def a_report(tmp_path_factory) -> dict:
+    """A real report of two schedules, one of which broke (--max-restarts 0 under restore)."""
+    done = chaos("--runs", 2, "--seed", 3, "--policy", "restore", "--max-restarts", 0, "--no-shrink",
+                 "--json", cwd=tmp_path_factory.mktemp("report"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["runs"] == 2 and report["broke"] >= 1
+    return report
+
+
+def _with(report: dict, path: str, value) -> dict:
+    """A copy of `report` with the field at `path` (a.b.0.c) set to `value` (a float of JSON's, too)."""
+    out = json.loads(json.dumps(report))
+    *head, last = path.split(".")
+    at = out
+    for key in head:
+        at = at[int(key)] if isinstance(at, list) else at[key]
+    at[int(last) if isinstance(at, list) else last] = value
+    return out
+
+
+@pytest.mark.parametrize("path, value, says", [
+    ("shard", {"index": 5, "count": 3}, "shard is 5 of 3: want K/N with 0 <= K < N"),
+    ("shard.count", 0, "shard is 0 of 0"),
+    ("shard.index", -1, "shard.index is -1: want a whole number"),
+    ("runs", 1e30, "runs is 1e+30: want a whole number within 0..1000000000000"),
+    ("runs", "2", 'runs is "2": want a whole number'),
+    ("runs", True, "runs is true: want a whole number"),
+    ("held", -5, "held is -5: want a whole number"),
+    ("held", 2, "held (2) and broke"),
+    ("broke", 0, "broke (0) is not the number of its breaks"),
+    ("seconds", -1, "seconds is -1"),
+    ("seed", 2.5, "seed is 2.5: want int"),
+    ("breaks.0.index", 1.5, "breaks[0].index is 1.5"),
+    ("table.0.breaks", 9, "table[0] has more breaks (9) than runs"),
+    ("table.0.runs", 3, "table[0].runs is 3: want a whole number within 0..2"),
+    ("totals", [], "totals do not add up to its runs (2)"),
+    ("merged_shards", [[0, 2], [2, 2]], "merged_shards[1] is 2 of 2"),
+    ("config", [], "config is []: want object"),
+    ("coverage", {}, "without coverage.fired"),
+])
+def test_a_report_with_a_bad_field_is_refused_by_merge_naming_the_field(tmp_path, capsys, a_report, path,
+                                                                          value, says):
+    (tmp_path / "bad.json").write_text(json.dumps(_with(a_report, path, value)))
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert main(["chaos", "merge", str(tmp_path / "bad.json")]) == 2
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    err = capsys.readouterr().err
+    assert says in err and "bad.json" in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_a_sound_report_merges_alone(tmp_path, capsys, a_report):
+    (tmp_path / "r.json").write_text(json.dumps(a_report))
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert main(["chaos", "merge", str(tmp_path / "r.json"), "--json"]) == 1     # it holds a break
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    merged = json.loads(capsys.readouterr().out)
+    assert merged["runs"] == 2 and merged["broke"] == a_report["broke"]
+
+
 # -- a break, shrunk, reproduced ---------------------------------------------------------------------
 
 @pytest.mark.procs
