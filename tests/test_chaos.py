@@ -24,7 +24,7 @@ from inferris_dist.engine import load_workload
 from inferris_dist.protocol.faults import KINDS, Fault, parse_fault
 
 from tests.helpers.external import CLI, ENV
-from tests.helpers.procs import leftover_workers
+from tests.helpers.procs import descendants, leftover_workers, wait_until
 from tests.helpers.schedules import fault_schedules
 
 pytestmark = [pytest.mark.timeout(90)]
@@ -167,6 +167,72 @@ def test_shards_merge_into_the_unsharded_table(tmp_path):
         assert len(refused.stderr.splitlines()) == 1 and "Traceback" not in refused.stderr
 
 
+@pytest.fixture(scope="module")
+def a_report(tmp_path_factory) -> dict:
+    """A real report of two schedules, one of which broke (--max-restarts 0 under restore)."""
+    done = chaos("--runs", 2, "--seed", 3, "--policy", "restore", "--max-restarts", 0, "--no-shrink",
+                 "--json", cwd=tmp_path_factory.mktemp("report"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["runs"] == 2 and report["broke"] >= 1
+    return report
+
+
+def _with(report: dict, path: str, value) -> dict:
+    """A copy of `report` with the field at `path` (a.b.0.c) set to `value` (a float of JSON's, too)."""
+    out = json.loads(json.dumps(report))
+    *head, last = path.split(".")
+    at = out
+    for key in head:
+        at = at[int(key)] if isinstance(at, list) else at[key]
+    at[int(last) if isinstance(at, list) else last] = value
+    return out
+
+
+@pytest.mark.parametrize("path, value, says", [
+    ("shard", {"index": 5, "count": 3}, "shard is 5 of 3: want K/N with 0 <= K < N"),
+    ("shard.count", 0, "shard is 0 of 0"),
+    ("shard.index", -1, "shard.index is -1: want a whole number"),
+    ("runs", 1e30, "runs is 1e+30: want a whole number within 0..1000000000000"),
+    ("runs", "2", 'runs is "2": want a whole number'),
+    ("runs", True, "runs is true: want a whole number"),
+    ("held", -5, "held is -5: want a whole number"),
+    ("held", 2, "held (2) and broke"),
+    ("broke", 0, "broke (0) is not the number of its breaks"),
+    ("seconds", -1, "seconds is -1"),
+    ("seed", 2.5, "seed is 2.5: want int"),
+    ("breaks.0.index", 1.5, "breaks[0].index is 1.5"),
+    ("table.0.breaks", 9, "table[0] has more breaks (9) than runs"),
+    ("table.0.runs", 3, "table[0].runs is 3: want a whole number within 0..2"),
+    ("totals", [], "totals do not add up to its runs (2)"),
+    ("merged_shards", [[0, 2], [2, 2]], "merged_shards[1] is 2 of 2"),
+    ("config", [], "config is []: want object"),
+    ("coverage", {}, "without coverage.fired"),
+])
+def test_a_report_with_a_bad_field_is_refused_by_merge_naming_the_field(tmp_path, capsys, a_report, path,
+                                                                          value, says):
+    (tmp_path / "bad.json").write_text(json.dumps(_with(a_report, path, value)))
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert main(["chaos", "merge", str(tmp_path / "bad.json")]) == 2
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    err = capsys.readouterr().err
+    assert says in err and "bad.json" in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_a_sound_report_merges_alone(tmp_path, capsys, a_report):
+    (tmp_path / "r.json").write_text(json.dumps(a_report))
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert main(["chaos", "merge", str(tmp_path / "r.json"), "--json"]) == 1     # it holds a break
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    merged = json.loads(capsys.readouterr().out)
+    assert merged["runs"] == 2 and merged["broke"] == a_report["broke"]
+
+
 # -- a break, shrunk, reproduced ---------------------------------------------------------------------
 
 @pytest.mark.procs
@@ -234,6 +300,62 @@ def test_bad_input_is_one_line_and_exit_status_2(capsys, args, says):
         signal.signal(signal.SIGTERM, before)
     err = capsys.readouterr().err
     assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("out", ["file/sub", "/proc/chaos-out", "dangling", "file"])
+def test_an_out_directory_that_cannot_be_written_is_refused_before_anything_runs(tmp_path, out):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    started = time.monotonic()
+    done = chaos("--policy", "restore", "--max-restarts", 0, "--runs", 50, "--seed", 3, "--out", out,
+                 cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+    assert f"--out {out}: reproducers cannot be written there" in done.stderr, done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr
+    assert time.monotonic() - started < 10          # refused at once: no exploration ran
+
+
+def test_a_fresh_out_directory_is_checked_and_made_only_when_something_broke(tmp_path):
+    done = chaos("--runs", 1, "--seed", 1, "--kinds", "duplicate", "--out", "a/b", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (tmp_path / "a").exists()           # the check's directories are gone again
+
+
+@pytest.mark.procs
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_reproducer_that_cannot_be_written_keeps_the_report_and_says_so_in_one_line(tmp_path, as_json):
+    """--out a/b passes the check; once the exploration is under way `a` becomes a file, so the
+    reproducer has nowhere to go."""
+    proc = subprocess.Popen([*CLI, "chaos", "--policy", "restore", "--max-restarts", "0", "--runs", "1",
+                             "--seed", "3", "--reruns", "0", "--shrink-runs", "2", "--out", "a/b",
+                             *(["--json"] if as_json else [])],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env=ENV, stdin=subprocess.DEVNULL)
+    try:
+        if as_json:                                   # workers up: the check is behind us
+            assert wait_until(lambda: descendants(proc.pid), 20)
+        else:
+            assert proc.stdout.readline().startswith("chaos: seed 3")
+        (tmp_path / "a").write_text("")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, out + err
+    said = [line for line in err.splitlines() if not line.startswith("inferris-dist: note:")]
+    assert len(said) == 1 and "Traceback" not in err, err
+    assert re.match(r"inferris-dist chaos: the reproducer of the break at schedule 0 could not be written "
+                    r"to a/b/break-0\.spec\.json \(Not a directory\); the report stands without it$",
+                    said[0]), err
+    if as_json:
+        report = json.loads(out)
+        assert report["broke"] == 1 and report["breaks"][0]["shrunk"]["reproducer"] is None, report
+        assert report["breaks"][0]["shrunk"]["faults"], report
+    else:
+        assert re.search(r"^1 run in [\d.]+ s .*: 0 held, 1 broke$", out, re.M), out
+        assert re.search(r"^shrunk the break at schedule 0 \(failed\)", out, re.M), out
+        assert "reproduce:" not in out
 
 
 @pytest.mark.procs

@@ -566,3 +566,36 @@ def test_bad_fault_spec_in_the_library_raises_before_any_worker_starts():
         with pytest.raises(WorkloadError):
             with inferris_dist.launch(DEMO, world_size=WORLD_SIZE, faults=[fault]):
                 pytest.fail("workers started for a bad fault spec")
+
+
+# -- a fault that fired unseen ---------------------------------------------------------------------
+
+UNSEEN = "fired; no check saw its effect"
+
+
+@pytest.mark.procs
+def test_a_dropped_write_no_audit_saw_is_said_with_how_to_see_it():
+    """3:drop-write@4 on the demo fires (its worker says FIRED), the run ends well, and the audit at
+    the end finds nothing: said on stderr, the exit status the run's."""
+    done = cli("launch", "--world-size", 4, "--fault", "3:drop-write@4")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (f"inferris-dist: fault 3:drop-write@4 {UNSEEN} (if it dropped a write, the page was freed "
+            f"before the audit, at the end, could see it; --audit-every 1 checks every step)") in done.stderr
+    every = cli("launch", "--world-size", 4, "--fault", "3:drop-write@4", "--audit-every", 1, "--json")
+    assert every.returncode == 0, every.stderr
+    assert [json.loads(line) for line in every.stdout.splitlines()]          # --json stays clean
+    said = [line for line in every.stderr.splitlines() if UNSEEN in line]
+    assert said == [f"inferris-dist: fault 3:drop-write@4 {UNSEEN}"], every.stderr   # no reason claimed
+
+
+@pytest.mark.procs
+@pytest.mark.parametrize("args", [
+    ("--fault", "3:drop-write@2"),                                  # the audit at the end finds it
+    ("--fault", "3:drop-write@2", "--on-rank-loss", "restore"),     # found, and recovered from
+    ("--fault", "1:disagree@5"),                                    # a GroupViolation
+    ("--fault", "1:duplicate@2"),                                   # dropped and counted by design
+], ids=["audit", "recovered", "violation", "tolerated"])
+def test_a_fault_a_check_saw_or_the_run_tolerates_is_not_said_to_be_unseen(args):
+    done = cli("launch", "--world-size", 4, *args)
+    assert done.returncode in (0, 1), done.stderr
+    assert UNSEEN not in done.stderr, done.stderr

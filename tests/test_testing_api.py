@@ -14,7 +14,7 @@ import pytest
 
 import inferris_dist
 from inferris_dist import testing
-from inferris_dist.engine import Engine, load_workload
+from inferris_dist.engine import Engine, WorkloadError, load_workload
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO = os.path.join(REPO, "tests", "data", "golden", "demo.spec.json")
@@ -126,3 +126,38 @@ def test_the_library_hands_out_the_chaos_names_it_documents_as_chaos_has_them():
     assert all(getattr(testing, name) is getattr(chaos, name) for name in documented)
     assert not (set(chaos.__all__) - documented - {"Run", "run_on_processes"}) & set(testing.__all__)
     assert not hasattr(testing, "schedule_at") and not hasattr(testing, "Break")
+
+
+STARTS = ("subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec")
+_started: list[str] = []
+sys.addaudithook(lambda event, args: _started.append(event) if event in STARTS else None)
+
+
+@pytest.mark.parametrize("kw, error, says", [
+    ({"faults": [5]}, TypeError, "faults[0]: want a fault spec"),
+    ({"faults": None}, TypeError, "faults: want a list of fault specs"),
+    ({"faults": "1:crash@2"}, TypeError, "faults: want a list"),
+    ({"faults": ["9:crash@1"]}, WorkloadError, "rank 9 is outside 0..3"),
+    ({"check": 5}, TypeError, "check: want a callable"),
+    ({"policy": "retry"}, WorkloadError, "policy: want one of abort, restore, recompute"),
+    ({"world_size": 0}, WorkloadError, "world_size: want a whole number >= 1"),
+    ({"wire_log": "/dev/full"}, WorkloadError, "wire_log '/dev/full': cannot be written"),
+    ({"wire_log": "/tmp"}, WorkloadError, "wire_log '/tmp': cannot be written (Is a directory)"),
+    ({"on_rank_loss": "restore"}, TypeError, "on_rank_loss: give it as run_on_processes's policy"),
+    ({"no_such_option": 1}, TypeError, "unknown options: no_such_option"),
+    ({"workload": 5}, TypeError, "workload: want a Workload"),
+])
+def test_run_on_processes_refuses_a_bad_argument_by_name_before_any_process_starts(kw, error, says):
+    workload = kw.pop("workload", DEMO)
+    _started.clear()
+    with pytest.raises(error) as refused:
+        testing.run_on_processes(workload, **kw)
+    assert says in str(refused.value), refused.value
+    assert isinstance(refused.value, WorkloadError)      # bad input, whatever its type
+    assert _started == []                                        # nothing was started, not even a template
+
+
+def test_a_good_run_is_seen_to_start_processes():
+    _started.clear()
+    run = testing.run_on_processes(DEMO)
+    assert run.error is None and "subprocess.Popen" in _started

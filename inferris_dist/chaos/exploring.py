@@ -13,6 +13,7 @@ shards of a seed together are exactly the unsharded run, and their reports merge
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
@@ -202,24 +203,121 @@ class Report:
 
     @classmethod
     def from_json(cls, obj: dict) -> "Report":
+        """A report as `to_json` wrote it; WorkloadError naming the first field that is missing, of
+        the wrong type, out of range, or at odds with the others (held + broke = runs, a shard
+        K < N, every break's schedule in its shard, the totals adding up to the runs)."""
         if not isinstance(obj, dict) or obj.get("report") != "inferris-dist chaos":
             raise WorkloadError("not a report of inferris-dist chaos --json")
         if obj.get("version") != REPORT_VERSION:
             raise WorkloadError(f"a report of version {obj.get('version')!r}; this reads version "
                                 f"{REPORT_VERSION}")
-        try:
-            shard = None if obj["shard"] is None else (int(obj["shard"]["index"]), int(obj["shard"]["count"]))
-            report = cls(obj["config"], int(obj["seed"]), shard, int(obj["runs"]), int(obj["held"]),
-                         float(obj["seconds"]), [BreakRecord.from_json(b) for b in obj["breaks"]],
-                         {(r["kind"], r["policy"], r["rung"]): [int(r["runs"]), int(r["breaks"])]
-                          for r in obj["table"]},
-                         {(t["policy"], t["rung"]): [int(t["runs"]), int(t["breaks"])]
-                          for t in obj["totals"]},
-                         set(obj["coverage"]["fired"]),
-                         [tuple(s) for s in obj.get("merged_shards") or ()])
-        except (KeyError, TypeError, ValueError) as e:
-            raise WorkloadError(f"a report with a missing or bad field ({type(e).__name__}: {e})") from None
-        return report
+        f = _Fields(obj)
+        runs = f.count("runs")
+        shard = None if f.get("shard", (dict, type(None))) is None else f.shard("shard")
+        merged = [f.shard(f"merged_shards[{i}]", pair)
+                  for i, pair in enumerate(f.get("merged_shards", (list, type(None))) or ())]
+        breaks = []
+        for i, b in enumerate(f.get("breaks", list)):
+            if not isinstance(b, dict):
+                raise WorkloadError(f"a report whose breaks[{i}] is {_shown(b)}: want an object")
+            _Fields(b, f"breaks[{i}].").count("index")
+            try:
+                record = BreakRecord.from_json(b)
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise WorkloadError(f"a report whose breaks[{i}] is not a break ({type(e).__name__}: "
+                                    f"{e})") from None
+            if shard is not None and not merged and record.index % shard[1] != shard[0]:
+                raise WorkloadError(f"a report whose breaks[{i}].index {record.index} is not a schedule "
+                                    f"of shard {shard[0]}/{shard[1]}")
+            breaks.append(record)
+        held = f.count("held")
+        broke = f.count("broke")
+        if broke != len(breaks):
+            raise WorkloadError(f"a report whose broke ({broke}) is not the number of its breaks "
+                                f"({len(breaks)})")
+        if held + broke != runs:
+            raise WorkloadError(f"a report whose held ({held}) and broke ({broke}) do not add up to its "
+                                f"runs ({runs})")
+        cells = f.cells("table", ("kind", "policy", "rung"), runs)
+        totals = f.cells("totals", ("policy", "rung"), runs)
+        if [sum(v[0] for v in totals.values()), sum(v[1] for v in totals.values())] != [runs, broke]:
+            raise WorkloadError(f"a report whose totals do not add up to its runs ({runs}) and breaks "
+                                f"({broke})")
+        coverage = f.get("coverage", dict)
+        fired = _Fields(coverage, "coverage.").get("fired", list)
+        if not all(isinstance(k, str) for k in fired):
+            raise WorkloadError("a report whose coverage.fired is not a list of kinds")
+        seconds = f.get("seconds", (int, float))
+        if isinstance(seconds, bool) or not 0 <= seconds <= MAX_SECONDS:
+            raise WorkloadError(f"a report whose seconds is {seconds!r}: want 0..{MAX_SECONDS}")
+        seed = f.get("seed", int)
+        if isinstance(seed, bool) or not 0 <= seed < 2**63:
+            raise WorkloadError(f"a report whose seed is {seed!r}: want a whole number within 0..2**63-1")
+        return cls(f.get("config", dict), seed, shard, runs, held, float(seconds), breaks, cells, totals,
+                   set(fired), merged)
+
+
+MAX_COUNT = 10**12          # runs (or breaks) a report may count: far beyond any exploration
+MAX_SECONDS = 10.0**9
+MAX_SHARDS = 10**6
+
+
+class _Fields:
+    """A report's fields read and checked, each refusal one line naming the field."""
+
+    def __init__(self, obj: dict, prefix: str = "") -> None:
+        self.obj, self.prefix = obj, prefix
+
+    def get(self, name: str, types):
+        if name not in self.obj:
+            raise WorkloadError(f"a report without {self.prefix}{name}")
+        value = self.obj[name]
+        if not isinstance(value, types):
+            want = " or ".join("null" if t is type(None) else {"dict": "object", "list": "array"}.get(
+                t.__name__, t.__name__) for t in (types if isinstance(types, tuple) else (types,)))
+            raise WorkloadError(f"a report whose {self.prefix}{name} is {_shown(value)}: want {want}")
+        return value
+
+    def count(self, name: str, shown: str | None = None, limit: int = MAX_COUNT) -> int:
+        value = self.obj.get(name)
+        if type(value) is not int or not 0 <= value <= limit:
+            missing = name not in self.obj
+            raise WorkloadError(f"a report {'without' if missing else 'whose'} {shown or self.prefix + name}"
+                                + ("" if missing else f" is {_shown(value)}")
+                                + f": want a whole number within 0..{limit}")
+        return value
+
+    def shard(self, name: str, value=None) -> tuple[int, int]:
+        value = self.obj[name] if value is None else value
+        if isinstance(value, list) and len(value) == 2:
+            value = {"index": value[0], "count": value[1]}
+        if not isinstance(value, dict):
+            raise WorkloadError(f"a report whose {name} is {_shown(value)}: want a shard")
+        f = _Fields(value, f"{name}.")
+        count = f.count("count", limit=MAX_SHARDS)
+        index = f.count("index", limit=MAX_SHARDS)
+        if not index < count or count < 1:
+            raise WorkloadError(f"a report whose {name} is {index} of {count}: want K/N with 0 <= K < N")
+        return index, count
+
+    def cells(self, name: str, keys: tuple[str, ...], runs: int) -> dict:
+        out = {}
+        for i, row in enumerate(self.get(name, list)):
+            if not isinstance(row, dict):
+                raise WorkloadError(f"a report whose {name}[{i}] is {_shown(row)}: want an object")
+            f = _Fields(row, f"{name}[{i}].")
+            key = tuple(f.get(k, str) for k in keys)
+            cell = [f.count("runs", limit=runs), f.count("breaks")]
+            if cell[1] > cell[0]:
+                raise WorkloadError(f"a report whose {name}[{i}] has more breaks ({cell[1]}) than runs "
+                                    f"({cell[0]})")
+            out[key] = cell
+        return out
+
+
+def _shown(value) -> str:
+    text = json.dumps(value) if not isinstance(value, float) or value == value else "NaN"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def explore(config: ChaosConfig, *, runs: int | None = None, seconds: float | None = None,

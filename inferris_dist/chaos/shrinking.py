@@ -23,6 +23,7 @@ import json
 import os
 import shlex
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -344,6 +345,41 @@ class Reproducer:
                 "wire_log": None if self.wire_log is None else str(self.wire_log)}
 
 
+class NotWritten(Exception):
+    """A reproducer's file could not be written: `path`, and the system's reason."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+def unwritable(directory: Path) -> str | None:
+    """Why reproducers could not be written into `directory`, or None: it is made if missing, a
+    file made and removed in it, and the directories made for the probe removed again (so a
+    long exploration is not run for a report whose reproducers have nowhere to go)."""
+    made = []
+    p = directory
+    while not os.path.lexists(p) and p != p.parent:
+        made.append(p)
+        p = p.parent
+    try:
+        if os.path.lexists(directory) and not directory.is_dir():
+            return "not a directory" if directory.exists() else "a symlink to nothing"
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".inferris-probe-", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+        return None
+    except OSError as e:
+        return e.strerror or str(e)
+    finally:
+        for d in made:
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
 def fresh_path(directory: Path, stem: str, suffix: str) -> Path:
     """A file of ours in `directory`, made here, under a name nothing had: `stem.suffix`, else
     `stem-2.suffix`, ... (never an existing file overwritten)."""
@@ -408,10 +444,11 @@ def write_reproducer(shrunk: Shrunk, schedule: Schedule, directory: Path, *, ses
     `reruns` times through `session` to say how often it breaks the same way (the wire log of the
     first re-run that does is kept beside the workload, for a checker of wire logs)."""
     c = shrunk.minimal
-    spec = fresh_path(directory, stem or f"break-{schedule.index}", ".spec.json")
     data = c.workload.with_config(world_size=c.world_size).to_dict()
     data.pop("faults", None)
-    spec.write_text(workload_text(data))
+    spec = _written(directory / f"{stem or f'break-{schedule.index}'}.spec.json",
+                    lambda: _write_fresh(directory, stem or f"break-{schedule.index}", ".spec.json",
+                                         workload_text(data)))
     command = reproduce_command(spec, c.faults, schedule.policy, c.world_size, schedule.rung,
                                 max_restarts, step_timeout, getattr(session, "worker", None))
     repro = Reproducer(command, spec, c.faults, schedule.policy, c.world_size)
@@ -424,6 +461,27 @@ def write_reproducer(shrunk: Shrunk, schedule: Schedule, directory: Path, *, ses
             same = outcome.brk is not None and outcome.brk.kind == shrunk.brk.kind
             repro.broke += same
             if same and repro.wire_log is None and outcome.wire_log is not None:
-                repro.wire_log = fresh_path(directory, spec.name.removesuffix(".spec.json"), ".wire.jsonl")
-                shutil.copyfile(outcome.wire_log, repro.wire_log)
+                stem_of = spec.name.removesuffix(".spec.json")
+                repro.wire_log = _written(directory / f"{stem_of}.wire.jsonl", lambda: _copy_fresh(
+                    directory, stem_of, ".wire.jsonl", outcome.wire_log))
     return repro
+
+
+def _written(shown: Path, write: Callable[[], Path]) -> Path:
+    """`write()`'s path; its OSError as NotWritten (`shown`: the file it was to be)."""
+    try:
+        return write()
+    except OSError as e:
+        raise NotWritten(shown, e.strerror or str(e)) from None
+
+
+def _write_fresh(directory: Path, stem: str, suffix: str, text: str) -> Path:
+    path = fresh_path(directory, stem, suffix)
+    path.write_text(text)
+    return path
+
+
+def _copy_fresh(directory: Path, stem: str, suffix: str, source: Path) -> Path:
+    path = fresh_path(directory, stem, suffix)
+    shutil.copyfile(source, path)
+    return path

@@ -143,8 +143,12 @@ def run_chaos(args) -> int:
     for name in ("max_shrinks", "shrink_runs", "reruns"):
         if getattr(args, name) < 0:
             raise UsageError(f"inferris-dist chaos: --{name.replace('_', '-')} must be >= 0")
-    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
-        raise UsageError(f"inferris-dist chaos: --out {render.shown(args.out)} is not a directory")
+    if args.out is not None:              # before the exploration, not after: its report stays
+        from inferris_dist.chaos.shrinking import unwritable
+        why = unwritable(Path(args.out))
+        if why is not None:
+            raise UsageError(f"inferris-dist chaos: --out {render.shown(args.out)}: reproducers cannot be "
+                             f"written there ({why})")
     drawn_seed = args.seed is None
     seed = secrets.randbelow(2**31) if drawn_seed else args.seed
     knobs = {k: getattr(args, k) for k in ("max_step_tokens", "page_size", "num_pages", "spec_len")}
@@ -208,16 +212,23 @@ def run_chaos(args) -> int:
             out.write(summary_text(report) + "\n")
             out.flush()
         if report.breaks and not args.no_shrink and args.max_shrinks:
-            shrink_breaks(report, config, session, args, out)
+            unwritten = shrink_breaks(report, config, session, args, out)
+            if unwritten is not None:     # the report is kept: said after it, in one line
+                if args.json:
+                    out.write(json.dumps(report.to_json()) + "\n")
+                    out.flush()
+                sys.stderr.write(f"inferris-dist chaos: {render.shown(unwritten)}\n")
+                return EXIT_FAILED
     if args.json:
         out.write(json.dumps(report.to_json()) + "\n")
     return EXIT_FAILED if report.breaks else EXIT_OK
 
 
-def shrink_breaks(report, config, session, args, out) -> None:
+def shrink_breaks(report, config, session, args, out) -> str | None:
     """Shrink the first break of each class (at most --max-shrinks), write each reproducer and run
-    it again; the result goes into the report's break."""
-    from inferris_dist.chaos.shrinking import fresh_dir, shrink, write_reproducer
+    it again; the result goes into the report's break. A reproducer that cannot be written ends
+    the shrinking: what went wrong, in words (None when every one was written)."""
+    from inferris_dist.chaos.shrinking import NotWritten, fresh_dir, shrink, write_reproducer
     from inferris_dist.chaos.verdicts import Break
     chosen, classes = [], set()
     for b in report.breaks:
@@ -226,20 +237,31 @@ def shrink_breaks(report, config, session, args, out) -> None:
             chosen.append(b)
     directory = Path(args.out) if args.out is not None else None
     for b in chosen:
-        if directory is None:
-            directory = fresh_dir(Path.cwd(), f"chaos-seed-{report.seed}")
         workload = config.by_name[b.schedule.workload]
         shrunk = shrink(workload, b.schedule, Break(b.kind, b.reason), session=session,
                         max_runs=args.shrink_runs, max_seconds=args.shrink_time)
-        repro = write_reproducer(shrunk, b.schedule, directory, session=session, reruns=args.reruns,
-                                 step_timeout=config.step_timeout, max_restarts=config.max_restarts)
-        b.shrunk = {**shrunk.to_json(), "reproducer": repro.to_json()}
+        b.shrunk = {**shrunk.to_json(), "reproducer": None}
+        if not args.json:
+            spent = "; the budget ran out" if shrunk.budget_spent else ""
+            out.write(f"shrunk the break at schedule {b.index} ({b.kind}) in {shrunk.runs} runs, "
+                      f"{shrunk.seconds:.1f} s{spent}: {render.shown(shrunk.minimal.describe())}\n")
+            out.write(f"    {render.shown(shrunk.brk.reason)}\n")
+            out.flush()
+        try:
+            if directory is None:
+                stem = f"chaos-seed-{report.seed}"
+                try:
+                    directory = fresh_dir(Path.cwd(), stem)
+                except OSError as e:
+                    raise NotWritten(Path.cwd() / stem, e.strerror or str(e)) from None
+            repro = write_reproducer(shrunk, b.schedule, directory, session=session, reruns=args.reruns,
+                                     step_timeout=config.step_timeout, max_restarts=config.max_restarts)
+        except NotWritten as e:
+            return (f"the reproducer of the break at schedule {b.index} could not be written to "
+                    f"{e.path} ({e.reason}); the report stands without it")
+        b.shrunk["reproducer"] = repro.to_json()
         if args.json:
             continue
-        spent = "; the budget ran out" if shrunk.budget_spent else ""
-        out.write(f"shrunk the break at schedule {b.index} ({b.kind}) in {shrunk.runs} runs, "
-                  f"{shrunk.seconds:.1f} s{spent}: {render.shown(shrunk.minimal.describe())}\n")
-        out.write(f"    {render.shown(shrunk.brk.reason)}\n")
         out.write(f"    reproduce: {render.shown(repro.command)}\n")
         if repro.wire_log is not None:
             out.write(f"    the wire log of a run that broke: {render.shown(str(repro.wire_log))}\n")
@@ -248,6 +270,7 @@ def shrink_breaks(report, config, session, args, out) -> None:
                       f"checks of the run)\n")
         out.write(f"    {repro.verdict()}\n")
         out.flush()
+    return None
 
 
 def _header(config, seed: int, drawn: bool, runs, seconds, shard, worker: str | None = None) -> str:

@@ -149,7 +149,7 @@ def _run_launch(workload, name: str, args, server, made, started) -> int:
         closing = _finish_outputs(log_stream, timeline_stream, timeline, args, metrics_file,
                                   lambda problem: metrics_document(problem, escaping), html.wire_log)
         closing = html.write(name, closing)
-    _say_unfired(group, engine)
+    _say_unfired(group, engine, ended_well=failure is None and interrupted is None)
     lost_log = group.wire_log.broken if group is not None and group.wire_log else None
     server.log_ok = lost_log is None and closing is None
     if lost_log is not None and closing is None:     # the run went on without its wire log
@@ -248,16 +248,43 @@ def print_end(out, style, engine, group, num_steps: int, metrics, ran: list[floa
         out.write(workers_line(group) + "\n")
 
 
-def _say_unfired(group, engine=None) -> None:
+def _say_unfired(group, engine=None, ended_well: bool = False) -> None:
     """A fault that never fired is named (stderr: --json stays clean; the exit status is the
-    run's): a typo'd step must not pass for a run that survived it."""
-    if group is None or not group.unfired:
+    run's): a typo'd step must not pass for a run that survived it. So is one that fired with
+    nothing seen of it (`ended_well`: the run ended with no failure and no interrupt)."""
+    if group is None:
+        return
+    if ended_well and engine is not None:
+        _say_unseen(group, engine)
+    if not group.unfired:
         return
     last = group.last_planned
     reached = "no plan was sent" if last is None else f"the last plan was for step {last}"
     for fault in group.unfired:
         sys.stderr.write(f"inferris-dist: fault {render.shown(fault.text)} never fired "
                          f"(no plan reached step {fault.step}; {reached})\n")
+
+
+TOLERATED = frozenset({"delay", "duplicate", "stale"})   # faults.md: the run is unaffected by design
+
+
+def _say_unseen(group, engine) -> None:
+    """A one-shot rank fault a worker said it acted out (FIRED), of a kind a check should catch,
+    in a run that recovered from nothing and ended without a failure: nothing saw its effect."""
+    if engine.num_restarts:
+        return                    # a recovery: which fault it answered is not ours to guess
+    oneshots = group.channel.oneshots
+    said = set().union(*oneshots.fired.values()) if oneshots is not None else set()
+    for fault in group.faults:
+        if fault.repeat or fault.on_link or fault.kind in TOLERATED or fault.text not in said:
+            continue
+        why = ""
+        if fault.kind == "drop-write" and engine.audit_every != 1:
+            when = f"every {engine.audit_every} steps and at the end" if engine.audit_every else "at the end"
+            why = (f" (if it dropped a write, the page was freed before the audit, {when}, could see it; "
+                   f"--audit-every 1 checks every step)")
+        sys.stderr.write(f"inferris-dist: fault {render.shown(fault.text)} fired; no check saw its "
+                         f"effect{why}\n")
 
 
 def announce(args, workload, address: str, ranks: list[int], timeout: float, rejoin: bool) -> None:
