@@ -279,3 +279,33 @@ def test_curve_keys_admit_node_workers_and_a_plaintext_one_is_turned_away(tmp_pa
         assert status == 1 and "handshake failed" in last
         workers += [node_worker(address, r, 2, "--keys", keys) for r in range(2)]
         assert trace_of(sched) == run_json(spec, "--world-size", 2)
+
+
+CONFORM_TEMPLATE = "node {script} --connect {{connect}} --rank {{rank}} --world-size {{world_size}}"
+
+
+def conform_on(script, *args: str) -> subprocess.CompletedProcess:
+    env = {**ENV, "NODE_PATH": str(WORKER_DIR / "node_modules")}    # a copy elsewhere finds the packages
+    command = CONFORM_TEMPLATE.format(script=script)
+    return subprocess.run([*CLI, "conform", "--worker", command, *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=150)
+
+
+@pytest.mark.procs
+@pytest.mark.timeout(180)
+def test_conform_passes_the_node_worker_and_catches_a_broken_copy(tmp_path):
+    """The Node worker passes every required case of the conformance kit; a copy of it that
+    reports one draft more accepted than its script says is caught by the golden cases."""
+    done = conform_on(WORKER_DIR / "worker.js")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert " 0 failed" in done.stdout
+    source = (WORKER_DIR / "worker.js").read_text()
+    honest = "out.push({ rid, start, n, accepted, pages });"
+    assert source.count(honest) == 1
+    broken = tmp_path / "worker.js"
+    lie = "out.push({ rid, start, n, accepted: accepted + (n > 1 ? 1 : 0), pages });"
+    broken.write_text(source.replace(honest, lie))
+    done = conform_on(broken, "--case", "golden.*")
+    assert done.returncode == 1, done.stdout[-3000:]
+    failed = [line for line in done.stdout.splitlines() if " FAIL " in line]
+    assert failed and all(line.startswith("golden.") for line in failed), done.stdout
