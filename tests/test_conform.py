@@ -186,3 +186,19 @@ def test_a_bad_worker_command_is_bad_input_for_launch_and_compare(command):
         done = cli(command, "--worker", worker)
         assert done.returncode == 2, done.stderr
         assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(120)
+def test_chaos_runs_its_schedules_on_a_worker_command():
+    """The link's kinds alone unless the worker says it acts out the rank's (--profile faults);
+    the runs hold, judged as any other."""
+    refused = cli("chaos", "--runs", "2", "--worker", OWN, "--kinds", "crash")
+    assert refused.returncode == 2 and "--profile faults" in refused.stderr
+    links = cli("chaos", "--runs", "3", "--seed", "3", "--world-size", "2", "--worker", OWN, timeout=100)
+    assert links.returncode == 0, links.stdout[-2000:] + links.stderr[-2000:]
+    header = links.stdout.splitlines()[0]
+    assert "kinds plan-lost, result-lost," in header and "crash" not in header and f"worker {OWN}" in header
+    acted = cli("chaos", "--runs", "3", "--seed", "3", "--world-size", "2", "--worker", OWN, "--profile",
+                "faults", "--kinds", "crash,garble", timeout=100)
+    assert acted.returncode == 0, acted.stdout[-2000:] + acted.stderr[-2000:]
+    assert "3 held, none broke" in acted.stdout
