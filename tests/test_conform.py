@@ -202,3 +202,15 @@ def test_chaos_runs_its_schedules_on_a_worker_command():
                 "faults", "--kinds", "crash,garble", timeout=100)
     assert acted.returncode == 0, acted.stdout[-2000:] + acted.stderr[-2000:]
     assert "3 held, none broke" in acted.stdout
+
+
+@pytest.mark.timeout(120)
+def test_the_faults_profile_passes_our_worker_and_is_informational_for_one_without_it():
+    ours = conform("--profile", "faults", "--case", "faults.*")
+    assert ours.returncode == 0, ours.stdout
+    rows = [line for line in ours.stdout.splitlines() if line.startswith("faults.")]
+    assert len(rows) == 10 and all(" PASS " in line for line in rows), rows
+    without = conform("--profile", "faults", "--case", "faults.*", "--worker", broken("no_faults_profile"))
+    assert without.returncode == 0, without.stdout            # the profile is optional
+    rows = [line for line in without.stdout.splitlines() if line.startswith("faults.")]
+    assert rows and all(" INFORMATIONAL " in line for line in rows), rows
