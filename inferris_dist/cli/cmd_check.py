@@ -90,10 +90,11 @@ def run_check(path: str, spec: str | None, out: TextIO, as_json: bool = False,
 
 def _unjudged(report, required: bool) -> str:
     """The line saying no reference was compared: a warning, or with --require-reference the
-    failure."""
+    failure; where the workload is what is missing, how to give it."""
     why = report.checked["why_not"] or "the log records no workload"
+    give = "; give the run's workload with --spec" if report.checked["workload"] is None else ""
     if required:
-        return (f"inferris-dist: error: no reference compared ({why}), and --require-reference asks "
-                f"for one: give the run's workload with --spec")
+        return (f"inferris-dist: error: no reference compared ({why}), and --require-reference asks for "
+                f"one{give}")
     return (f"inferris-dist: warning: no reference compared ({why}): the history was judged, not the "
-            f"policy's promise; give the run's workload with --spec (--require-reference fails here)")
+            f"policy's promise{give} (--require-reference fails here)")
