@@ -5,7 +5,9 @@ The checks are `inferris_dist.judge.check`'s (its docstring says each one, and w
 cannot show): every committed step joined from one RESULT of each rank of its epoch, all
 agreeing, each answering a PLAN sent to that rank; epochs only forward, no reply of another
 epoch or of a retired member taken; each step's trace following from its plan and its
-joined result; the end recorded last; and, with the workload (recorded in the log's run
+joined result; each restart a recovery of a failure, replacing every rank lost, under the
+run's policy, within its max_restarts; the end recorded last, a failed run committing
+nothing from its failed step on; and, with the workload (recorded in the log's run
 event, or given with --spec and checked to be the run's by its digest), the policy's promise
 against the reference engine.
 

@@ -25,9 +25,16 @@ rank where known) and what was checked. The checks:
   `finished` and `published` name requests that ran; a request reused starts where the cache
   put it; with the workload known also who samples, EOS or TOKEN, and who finishes, exactly,
   and (below rung overlap) that every item starts at its request's committed frontier.
+- Losses and restarts. A restart is a recovery (docs/faults.md): of a failure recorded in
+  the epoch it leaves (a loss, a step or an audit failed, a joined result failing phase 9),
+  replacing every rank lost there not since replaced, under the run's policy (never abort),
+  within max_restarts. A rank lost for not answering has no RESULT taken for that step in
+  that epoch; a member that said (FIRED) a fault killed it answers nothing after, until a
+  new member holds its rank.
 - Steps and the end. Steps commit in order, idle stretches filling the gaps; audits passed
   had every rank's SHARD, each asked for; the `end` event is the last record, once, and its
-  step count is the run's.
+  step count is the run's; a run that failed at step K committed none from K on (K itself
+  only when an audit after it failed it).
 - The promise (docs/faults.md), when the workload is known (recorded in the run event, or
   given, and then checked to be the recorded one by its digest): the reference engine runs
   alongside, step for step. abort and restore: the committed trace is the reference's, step
@@ -46,6 +53,10 @@ message the link marks lost (`"link": "lost"`) never arrived (a PLAN so marked w
 a RESULT so marked cannot be joined), and a reply marked delayed is the link taking it, not
 its delivery (logged again when it comes). An older writer's log may lack what the checker does not
 read (NEEDED says what it does).
+
+The root cause first: a record of a later epoch that no restart moved the run to is said as
+a restart missing before its line, and what the log shows after it, to the next restart,
+follows from it (`Violation.follows`: folded under it in the text, each kept in the JSON).
 
 Bounded: the log is streamed, one record at a time. Kept are the attempts in flight (their
 plan once, each distinct result once), a few numbers per rank and per request, the reference
