@@ -88,6 +88,30 @@ def test_run_on_processes_gives_the_lines_the_recoveries_and_the_pids():
 
 
 @pytest.mark.procs
+@pytest.mark.timeout(60)
+def test_an_abort_that_keeps_its_promise_holds_and_one_that_does_not_is_said():
+    """abort promises the steps before the failure, exactly, and a failure naming the faulted
+    rank: a run that keeps that holds; other steps before it, or a failure blaming a rank no
+    fault acted on, do not."""
+    reference = testing.reference(DEMO)
+    run = testing.run_on_processes(DEMO, faults=["1:crash@3"], policy="abort", world_size=2)
+    assert run.error is not None and run.lines[-1]["rank"] == 1 and run.lines[-1]["step"] == 3
+    verdict = testing.assert_holds(reference, run)
+    assert verdict["holds"]
+    assert verdict["kept"] == "the steps before the failure, then RankLost at step 3, epoch 0, rank 1"
+    assert testing.assert_holds(reference, run, faults=["1:crash@3"])["holds"]
+    with pytest.raises(AssertionError, match=r"abort does not keep its promise \(traces\): it failed with "
+                                             r"RankLost at step 3, epoch 0, rank 1, blaming a rank no fault "
+                                             r"acted on by step 3 \(acted: 0:crash@3\)"):
+        testing.assert_holds(reference, run, faults=["0:crash@3"])
+    other = [dict(line) for line in run.lines]
+    other[1] = {**other[1], "scheduled": ["nobody"]}
+    with pytest.raises(AssertionError, match="the steps before the failure differ: step 1, field 'sched"):
+        testing.assert_holds(reference, other, "abort")
+    assert not testing.judge(reference, run.lines, "abort")["holds"]     # compare's verdict: a side failed
+
+
+@pytest.mark.procs
 @pytest.mark.timeout(300)
 def test_the_example_passes_in_a_clean_venv_with_only_the_wheel_and_pytest(tmp_path):
     """`pip install WHEEL pytest` in a fresh venv (pyzmq and msgpack come as the wheel's own

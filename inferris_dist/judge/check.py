@@ -25,9 +25,16 @@ rank where known) and what was checked. The checks:
   `finished` and `published` name requests that ran; a request reused starts where the cache
   put it; with the workload known also who samples, EOS or TOKEN, and who finishes, exactly,
   and (below rung overlap) that every item starts at its request's committed frontier.
+- Losses and restarts. A restart is a recovery (docs/faults.md): of a failure recorded in
+  the epoch it leaves (a loss, a step or an audit failed, a joined result failing phase 9),
+  replacing every rank lost there not since replaced, under the run's policy (never abort),
+  within max_restarts. A rank lost for not answering has no RESULT taken for that step in
+  that epoch; a member that said (FIRED) a fault killed it answers nothing after, until a
+  new member holds its rank.
 - Steps and the end. Steps commit in order, idle stretches filling the gaps; audits passed
   had every rank's SHARD, each asked for; the `end` event is the last record, once, and its
-  step count is the run's.
+  step count is the run's; a run that failed at step K committed none from K on (K itself
+  only when an audit after it failed it).
 - The promise (docs/faults.md), when the workload is known (recorded in the run event, or
   given, and then checked to be the recorded one by its digest): the reference engine runs
   alongside, step for step. abort and restore: the committed trace is the reference's, step
@@ -47,6 +54,10 @@ a RESULT so marked cannot be joined), and a reply marked delayed is the link tak
 its delivery (logged again when it comes). An older writer's log may lack what the checker does not
 read (NEEDED says what it does).
 
+The root cause first: a record of a later epoch that no restart moved the run to is said as
+a restart missing before its line, and what the log shows after it, to the next restart,
+follows from it (`Violation.follows`: folded under it in the text, each kept in the JSON).
+
 Bounded: the log is streamed, one record at a time. Kept are the attempts in flight (their
 plan once, each distinct result once), a few numbers per rank and per request, the reference
 engine, and at most MAX_VIOLATIONS violations (the rest are counted): memory grows with the
@@ -61,7 +72,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -74,6 +85,7 @@ from inferris_dist.judge.promise import field_difference as _field_difference
 from inferris_dist.judge.promise import id_said as _id
 from inferris_dist.judge.promise import json_said as _json
 from inferris_dist.judge.promise import summary_difference as _summary_difference
+from inferris_dist.protocol.faults import kind_of as fault_kind
 from inferris_dist.wirelog.logread import LogReader, Malformed
 from inferris_dist.wirelog.schema import ANY, EVENTS, ITEM, MESSAGE, OUTCOME, TYPES, Field, kind_of
 from inferris_dist.wirelog.writer import workload_fields
@@ -89,6 +101,11 @@ MAX_IN_FLIGHT = 64          # attempts with a plan out and no verdict (a writer'
 # taken as delivered.
 NOT_DELIVERED = {"out": frozenset({"lost"}), "in": frozenset({"lost", "delayed"})}
 REPLIES = ("RESULT", "SHARD")        # the replies a round takes (a FIRED, a HELLO: said, not taken)
+# A fault a member says FIRED for that kills it (protocol/faults.py KINDS): True, at the step it
+# fired (nothing of it answers that step or after), False, after answering it.
+FATAL = {"crash": True, "exit": True, "crash-after-reply": False}
+# Losses of a rank that gave no answer (scheduler/channel.py): one whose RESULT was taken is not.
+ANSWERLESS = frozenset({"died", "timeout"})
 SPEC_ORDER = ("step", "admitted", "scheduled", "executed", "sampled", "finished", "preempted", "reused",
               "published", "evicted", "drafted", "accepted", "rolled_back", "discarded", "returned")
 
@@ -109,6 +126,7 @@ class Violation:
     step: int | None = None
     epoch: int | None = None
     rank: int | None = None
+    follows: int | None = None  # the line of the root cause it follows from (None: said for itself)
 
     def where(self) -> str:
         """"line 12: step 3, epoch 1, rank 2" (what is known of it)."""
@@ -124,7 +142,7 @@ class Violation:
 
     def to_json(self) -> dict:
         return {"line": self.line, "step": self.step, "epoch": self.epoch, "rank": self.rank,
-                "what": self.what}
+                "what": self.what, "follows": self.follows}
 
 
 @dataclass
@@ -159,10 +177,22 @@ class Report:
         return f"{self.log}: {_count(n, 'violation')} in {counts}"
 
     def lines(self) -> list[str]:
-        """The report for people: one line per violation (`LOG line N: step S, ...: what`), then
-        the summary line."""
-        return [f"{self.log}{' ' if v.line is not None else ': '}{v}" for v in self.violations] + (
-            [f"{self.log}: ... and {self.more} more violations"] if self.more else []) + [self.summary()]
+        """The report for people: one line per violation (`LOG line N: step S, ...: what`), those
+        that follow from a root cause folded into one line after it, then the summary line."""
+        following: dict[int, int] = {}
+        for v in self.violations:
+            if v.follows is not None:
+                following[v.follows] = following.get(v.follows, 0) + 1
+        out = []
+        for v in self.violations:
+            if v.follows is not None:
+                continue
+            out.append(f"{self.log}{' ' if v.line is not None else ': '}{v}")
+            n = following.pop(v.line, 0) if v.line is not None else 0
+            if n:
+                out.append(f"{self.log}: ... and {n} more that follow from it (--json lists each)")
+        return out + ([f"{self.log}: ... and {self.more} more violations"] if self.more else []) + [
+            self.summary()]
 
     def to_json(self) -> dict:
         return {"log": self.log, "ok": self.ok, "violations": [v.to_json() for v in self.violations],
@@ -244,14 +274,39 @@ class _Checker:
         self.compared = None                     # what the reference comparison came to compare
         self.diverged = False                    # the first difference from the reference is said
         self.why_not = ""
+        # who was lost and what a restart did about it
+        self.lost: dict[int, int] = {}           # rank -> line of its loss not yet met by a replacement
+        self.failed_at: int | None = None        # the line of a failure in this epoch (a restart's cause)
+        self.sent_in_epoch = False               # a PLAN or AUDIT went out in this epoch
+        self.restarted_into = 0                  # the epoch the last restart moved to
+        self.recoveries = self.tries = 0         # recoveries, and restarts of the one under way
+        self.fatal: dict[int, tuple] = {}        # rank -> (line, fault, step, member, at it) of a FIRED death
+        self.last_audit: int | None = None       # the step of the last AUDIT sent
+        self.root: int | None = None             # the line of the root cause later violations follow
+        self.roots: list[tuple[int, str]] = []   # each root cause said: its index, and it said plainly
 
     # -- saying ---------------------------------------------------------------------------
 
     def bad(self, line: int | None, what: str, step=None, epoch=None, rank=None) -> None:
+        """A violation; while a root cause is said (a restart missing), it follows from it."""
         if len(self.violations) < MAX_VIOLATIONS:
-            self.violations.append(Violation(line, what, step, epoch, rank))
+            self.violations.append(Violation(line, what, step, epoch, rank, self.root))
         else:
             self.more += 1
+
+    def _other_epoch(self, epoch: int, line: int, what: str, step=None, rank=None, why: str = "") -> None:
+        """What the scheduler did in an epoch the run is not in. The first of a later epoch no
+        restart moved the run to is the root cause (a restart missing) of what the log shows
+        from there to the next restart, said once; `finish` says it plainly if nothing followed."""
+        plain = f"{what} in epoch {epoch} while the run is in epoch {self.epoch}{why}"
+        if epoch < self.epoch or self.root is not None or len(self.violations) >= MAX_VIOLATIONS:
+            self.bad(line, plain, step, epoch, rank)
+            return
+        self.bad(line, f"a restart is missing before line {line}: {what} in epoch {epoch}, while no "
+                       f"restart has moved the run past epoch {self.epoch} (epochs move only by a restart)",
+                 step, epoch, rank)
+        self.root = line
+        self.roots.append((len(self.violations) - 1, plain))
 
     # -- the pass -------------------------------------------------------------------------
 
@@ -277,6 +332,7 @@ class _Checker:
         if self.run_event is None:
             raise WorkloadError(f"{self.name}: not a wire log of a run (no record in it)")
         self.finish(reader)
+        self._plain_roots()
         return Report(self.name, self.violations, self.more, self.checked(reader))
 
     def checked(self, reader: LogReader) -> dict:
@@ -374,18 +430,20 @@ class _Checker:
         if rank is None:
             return                                   # no rank's: nothing here is about the boundary
         if not 0 <= rank < self.n:
-            self.bad(line, f"a {_kind_name(m)} of rank {rank}, outside the run's ranks 0..{self.n - 1}",
+            self.bad(line, f"{_a(_kind_name(m))} of rank {rank}, outside the run's ranks 0..{self.n - 1}",
                      step, epoch)
             return
+        if m["dir"] == "out" and kind in ("PLAN", "AUDIT") and epoch == self.epoch:
+            self.sent_in_epoch = True                # (delivered or not: the epoch's window was over)
         if m.get("link") in NOT_DELIVERED[m["dir"]]:
             return                                   # no delivery: neither sent nor answered
         if m["dir"] == "out":
             if epoch != self.epoch:
-                self.bad(line, f"a {_kind_name(m)} sent in epoch {epoch} while the run is in epoch "
-                               f"{self.epoch} (epochs move only by a restart)", step, epoch, rank)
+                self._other_epoch(epoch, line, f"{_a(_kind_name(m))} sent", step, rank,
+                                  " (epochs move only by a restart)")
                 return
             if kind in ("PLAN", "AUDIT") and self.members.get(rank) is None:
-                self.bad(line, f"a {kind} sent to rank {rank}, which no member holds (no member event "
+                self.bad(line, f"{_a(kind)} sent to rank {rank}, which no member holds (no member event "
                                f"admitted one since {self._since(rank)})", step, epoch, rank)
             if kind == "CONFIG":
                 self.config(m, line)
@@ -394,7 +452,10 @@ class _Checker:
             elif kind == "AUDIT":
                 sent, _ = self._audit((step, epoch))
                 sent.add(rank)
+                self.last_audit = step
             return
+        if kind == "FIRED":
+            self.fired(m, line)
         if kind not in REPLIES:
             return
         if "dropped" in m:
@@ -403,14 +464,14 @@ class _Checker:
         if epoch != self.epoch:
             old = self.retired.get(rank)
             if old is not None and epoch < old[1]:
-                self.bad(line, f"a {_kind_name(m)} of rank {rank}'s retired member (of epoch {old[0]}, "
+                self.bad(line, f"{_a(_kind_name(m))} of rank {rank}'s retired member (of epoch {old[0]}, "
                                f"replaced in epoch {old[1]}) was taken, not dropped", step, epoch, rank)
             else:
-                self.bad(line, f"a {_kind_name(m)} of epoch {epoch} taken in epoch {self.epoch} (a reply "
+                self.bad(line, f"{_a(_kind_name(m))} of epoch {epoch} taken in epoch {self.epoch} (a reply "
                                f"of another epoch is dropped, never taken)", step, epoch, rank)
             return
         if self.members.get(rank) is None:
-            self.bad(line, f"a {kind} taken from rank {rank}, which no member holds (no member event "
+            self.bad(line, f"{_a(kind)} taken from rank {rank}, which no member holds (no member event "
                            f"admitted one since {self._since(rank)})", step, epoch, rank)
         if kind == "RESULT":
             self.result(m, line)
@@ -421,6 +482,17 @@ class _Checker:
                 self.bad(line, f"a SHARD from rank {rank} answers no AUDIT sent to it for step {step} in "
                                f"epoch {epoch}", step, epoch, rank)
             got.add(rank)
+
+    def fired(self, m: dict, line: int) -> None:
+        """A member says a fault of its fired: one that kills it (FATAL) is kept, to hold its rank's
+        later replies against (a member dead by its own fault answers nothing more)."""
+        rank, body = m["rank"], m["body"]
+        member = self.members.get(rank)
+        if m["epoch"] != self.epoch or member is None or not isinstance(body, list):
+            return
+        for text in body:
+            if isinstance(text, str) and fault_kind(text) in FATAL:
+                self.fatal[rank] = (line, text, m["step"], member, FATAL[fault_kind(text)])
 
     def config(self, m: dict, line: int) -> None:
         """A member's CONFIG: the run's page geometry and, with the workload known, its accept
@@ -490,6 +562,14 @@ class _Checker:
         step, epoch, rank = m["step"], m["epoch"], m["rank"]
         raw = m["body"]
         self.results += 1
+        dead = self.fatal.get(rank)
+        if dead is not None and dead[3] == self.members.get(rank) and step >= dead[2] + (not dead[4]):
+            del self.fatal[rank]
+            when = "at" if dead[4] else "after answering"
+            self.bad(line, f"rank {rank}'s member said at line {dead[0]} that its fault {shown(dead[1])} "
+                           f"fired, yet its RESULT for step {step} is taken: it ended {when} step {dead[2]}, "
+                           f"and no new member holds rank {rank} (was another rank blamed for its loss?)",
+                     step, epoch, rank)
         key = (step, epoch)
         a = self.attempts.get(key)
         if a is None and key in self.closed:
@@ -538,8 +618,7 @@ class _Checker:
 
     def _same_epoch(self, ev: dict, line: int, what: str, rank=None) -> bool:
         if ev["epoch"] != self.epoch:
-            self.bad(line, f"{what} in epoch {ev['epoch']} while the run is in epoch {self.epoch}",
-                     ev.get("step"), ev["epoch"], rank)
+            self._other_epoch(ev["epoch"], line, what, ev.get("step"), rank)
             return False
         return True
 
@@ -556,6 +635,8 @@ class _Checker:
         if old is not None:                      # replaced without a restart naming it (lost meanwhile)
             self.retired[rank] = (old, ev["epoch"])
         self.members[rank] = ev["epoch"]
+        self.lost.pop(rank, None)
+        self.fatal.pop(rank, None)
 
     def ev_restart(self, ev: dict, line: int) -> None:
         new = ev["epoch"]
@@ -563,6 +644,7 @@ class _Checker:
             self.bad(line, f"a restart into epoch {new} from epoch {self.epoch}: epochs only move forward",
                      ev["step"], new)
             return
+        self._restart_allowed(ev, line)
         for rank in ev["ranks"]:
             if 0 <= rank < self.n:
                 if self.members.get(rank) is not None:
@@ -580,6 +662,63 @@ class _Checker:
             del self.attempts[key]
         for key in [k for k in self.audits if k[1] < new]:
             del self.audits[key]
+        self.lost.clear()
+        self.failed_at, self.sent_in_epoch, self.restarted_into, self.root = None, False, new, None
+
+    def _restart_allowed(self, ev: dict, line: int) -> None:
+        """A restart is a recovery (docs/faults.md): of a failure recorded in the epoch it leaves,
+        replacing every rank lost there, under the run's policy (never abort), within its
+        max_restarts (recoveries; a recovery whose replacement did not come up tries again,
+        max(1, max_restarts) times in all: a try is a restart out of an epoch a restart began
+        that sent nothing)."""
+        new, step = ev["epoch"], ev["step"]
+
+        def say(what: str, rank=None) -> None:
+            self.bad(line, what, step, new, rank)
+        policy, theirs = self.run_event.get("policy"), ev.get("policy")
+        if policy == "abort":
+            say("a restart in a run whose policy is abort (abort stops at the first failure)")
+        elif theirs is not None and theirs != policy:
+            say(f"a restart under policy {shown(str(theirs))[:32]} in a run whose policy is "
+                f"{shown(str(policy))[:32]}")
+        if theirs == "recompute" and ev.get("shard_pages"):
+            say(f"a recompute restart whose new members start from {ev['shard_pages']} pages (recompute's "
+                f"start empty)")
+        if self.failed_at is None and not self._phase_9_failed():
+            say(f"a restart into epoch {new} after no failure in epoch {self.epoch} (no loss, no step "
+                f"failed, no audit failed, no joined result that fails phase 9)")
+        replaced = set(ev["ranks"])
+        for rank, at in sorted(self.lost.items()):
+            if rank not in replaced:
+                say(f"the restart into epoch {new} does not replace rank {rank}, lost at line {at} (it "
+                    f"replaces {_ranks(replaced)})", rank)
+        if self.epoch > 0 and self.restarted_into == self.epoch and not self.sent_in_epoch:
+            self.tries += 1                      # the replacement did not come up: the same recovery
+        else:
+            self.recoveries, self.tries = self.recoveries + 1, 1
+        most = self.run_event.get("max_restarts")
+        if type(most) is int:
+            if self.recoveries > most:
+                say(f"recovery {self.recoveries} of a run allowed max_restarts {most} (a failure past "
+                    f"them ends the run, as abort does)")
+            elif self.tries > max(1, most):
+                say(f"try {self.tries} of one recovery, past the {max(1, most)} max_restarts {most} allows")
+
+    def _phase_9_failed(self) -> bool:
+        """A joined result in this epoch, not committed, that fails phase 9 against its plan (the
+        engine refuses it at commit: a failure the log shows no event for)."""
+        for (step, epoch), a in self.attempts.items():
+            if epoch != self.epoch or a.verdict != "joined" or a.plan is None:
+                continue
+            indexes = {index for _, index in a.replies.values()}
+            if len(a.replies) != self.n or len(indexes) != 1:
+                continue
+            outcomes = a.bodies[indexes.pop()]
+            decodes = self.last_decodes if self.last_decodes_step == step - 1 else {}
+            result = ExecutionResult(a.plan["step"], tuple(map(_as_outcome, outcomes)))
+            if any(True for _ in mismatches(_as_plan(a.plan), result, dict(decodes), self.page_size)):
+                return True
+        return False
 
     def ev_attempt(self, ev: dict, line: int) -> None:
         self.attempt_events += 1
@@ -594,10 +733,27 @@ class _Checker:
             self.closed.append(key)
 
     def ev_rank_lost(self, ev: dict, line: int) -> None:
-        self._same_epoch(ev, line, "a rank lost", ev["rank"])
+        if not self._same_epoch(ev, line, "a rank lost", ev["rank"]):
+            return
+        ranks = [r for r in ev["ranks"] if 0 <= r < self.n]
+        if ev["rank"] is not None and 0 <= ev["rank"] < self.n and ev["rank"] not in ranks:
+            ranks.insert(0, ev["rank"])
+        step, epoch, reason = ev["step"], ev["epoch"], ev["reason"]
+        a = self.attempts.get((step, epoch))
+        if reason in ANSWERLESS and a is not None:
+            for r in ranks:
+                if r in a.replies:
+                    self.bad(line, f"rank {r} is lost ({shown(reason)}) at step {step} in epoch {epoch}, but "
+                                   f"its RESULT for step {step} in epoch {epoch} was taken at line "
+                                   f"{a.replies[r][0]}: a rank that answered is never lost for not answering",
+                             step, epoch, r)
+        for r in ranks:
+            self.lost.setdefault(r, line)
+        self.failed_at = line
 
     def ev_step_failed(self, ev: dict, line: int) -> None:
-        self._same_epoch(ev, line, "a step failed")
+        if self._same_epoch(ev, line, "a step failed"):
+            self.failed_at = line
 
     def ev_audit(self, ev: dict, line: int) -> None:
         self._same_epoch(ev, line, "an audit passed")
@@ -609,7 +765,8 @@ class _Checker:
                            f"in epoch {ev['epoch']}", ev["step"], ev["epoch"])
 
     def ev_audit_failed(self, ev: dict, line: int) -> None:
-        self._same_epoch(ev, line, "an audit failed", ev["rank"])
+        if self._same_epoch(ev, line, "an audit failed", ev["rank"]):
+            self.failed_at = line
         self.audits.pop((ev["step"], ev["epoch"]), None)
 
     def ev_idle(self, ev: dict, line: int) -> None:
@@ -925,12 +1082,33 @@ class _Checker:
             self.bad(line, "the end says ok, with an error")
         if status == "failed" and not (isinstance(error, dict) and isinstance(error.get("error"), str)):
             self.bad(line, "the end says failed, with no error object")
+        elif status == "failed" and type(error.get("step")) is int:
+            self._failed_at(error["step"], line)
         if status == "ok":
             pending = [k for k, a in self.attempts.items() if a.verdict is None]
             if pending:
                 s, e = pending[0]
                 self.bad(line, f"the run ended ok with step {s}'s plan of epoch {e} never answered nor "
                                f"given up", s, e)
+
+    def _failed_at(self, k: int, line: int) -> None:
+        """A run that failed at step k committed the steps before it and none after; step k itself
+        only when an audit after it failed it."""
+        last = self.next_step - 1
+        if last < k or last == k and self.last_audit == k:
+            return
+        steps = f"step {k}" if last == k else f"steps {k}..{last}"
+        why = ("a failed step commits nothing, nor does any after it" if last > k else
+               "a failed step commits nothing; no audit after it failed it")
+        self.bad(line, f"the end says the run failed at step {k}, yet {steps} committed ({why})")
+
+    def _plain_roots(self) -> None:
+        """A root cause nothing followed from is one record of another epoch: said as such."""
+        lines = {v.follows for v in self.violations}
+        for index, plain in self.roots:
+            v = self.violations[index]
+            if v.line not in lines:
+                self.violations[index] = replace(v, what=plain)
 
     def finish(self, reader: LogReader) -> None:
         if self.end is None:
@@ -1173,6 +1351,9 @@ def _subsequence(part: list, whole: list) -> bool:
     return all(any(x == y for y in it) for x in part)
 
 
+def _a(word: str) -> str:
+    """`word` (a message type, AUDIT, PLAN) with its article: "an AUDIT", "a PLAN"."""
+    return f"{'an' if word[:1].upper() in 'AEIOU' else 'a'} {word}"
 
 
 def _ranks(ranks) -> str:

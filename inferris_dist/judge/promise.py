@@ -10,12 +10,17 @@ words of a difference: the one place `compare`, `check`, chaos and the testing l
 Lines are SPEC §4 objects: one per step, then `{"summary": [...]}`, or the error object
 where the run failed. `comparable` is how lines compare: an error line by its kind and step
 only (its message is for people).
+
+`judge` compares the two runs' lines (compare's verdict: a side that failed alone is a
+difference); `kept` judges the run on processes by its policy's promise, a failure a fault
+made included (what `testing.assert_holds` asserts).
 """
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
+from inferris_dist.protocol.faults import parse_fault
 from inferris_dist.words import shown
 
 STEP_FAILURES = ("RankLost", "GroupViolation", "BoundaryViolation", "ShardDivergence")   # what faults make
@@ -60,6 +65,53 @@ def judge(local: list[dict], remote: list[dict], policy: str) -> dict:
     out["difference"] = summary_diff
     out["traces_identical"] = trace_diff is None
     return out
+
+
+def kept(local: list[dict], remote: list[dict], policy: str, faults: Sequence[str] | None = None) -> dict:
+    """`judge`'s verdict, with a run on processes that failed where the in-process run did not
+    judged by the promise a failure keeps (abort; restore or recompute once a fault that keeps
+    coming back, `@STEP+`, ran out the restarts): `failure_broken`. `faults`: the run's (RANK:
+    KIND@STEP texts); None: not known, and the blame is not checked. A failure that keeps it
+    holds, "kept" saying so."""
+    verdict = judge(local, remote, policy)
+    if verdict["holds"] or list(verdict["failed"]) != ["on processes"]:
+        return verdict
+    repeating = any(parse_fault(f).repeat for f in faults or ())
+    if policy != "abort" and not repeating:
+        return verdict
+    why = failure_broken(local, remote, faults, steps_before=policy != "recompute")
+    if why is not None:
+        return {**verdict, "difference": why}
+    return {**verdict, "holds": True, "kept": f"the steps before the failure, then {error_said(remote[-1])}"}
+
+
+def failure_broken(local: list[dict], remote: list[dict], faults: Sequence[str] | None = None,
+                   steps_before: bool = True) -> str | None:
+    """Why the failure that ended `remote` does not keep abort's promise, or None: the steps
+    before it are `local`'s exactly (`steps_before`), and it is a failure a fault makes
+    (STEP_FAILURES) at a step, blaming a rank a fault of `faults` acts on at or before that
+    step (a fault on every rank: any rank; a failure that blames nobody: any such fault; a
+    partition acts from the step before at `overlap`). `faults` None: the blame is not checked."""
+    err, before = remote[-1], remote[:-1]
+    if steps_before:
+        diff = first_difference(local[:len(before)], before)
+        if diff is not None:
+            return f"the steps before the failure differ: {diff}"
+    if err.get("error") not in STEP_FAILURES:
+        return f"it failed with {error_said(err)}, a failure no fault makes"
+    step = err.get("step")
+    if step is None:
+        return f"it failed with {error_said(err)}, before any step"
+    if faults is None:
+        return None
+    acted = [f for f in map(parse_fault, faults) if f.step - (f.kind == "partition") <= step]
+    if not acted:
+        return f"it failed with {error_said(err)}, before any fault acted"
+    blamed = [err["rank"]] if err.get("rank") is not None else list(err.get("ranks") or ())
+    if blamed and not any(f.rank is None or f.rank in blamed for f in acted):
+        return (f"it failed with {error_said(err)}, blaming a rank no fault acted on by step {step} "
+                f"(acted: {', '.join(f.text for f in acted)})")
+    return None
 
 
 def broken(verdict: dict, policy: str) -> str | None:

@@ -28,7 +28,14 @@ from inferris_dist.chaos.verdicts import judge_run
 from inferris_dist.engine import Engine, Workload, trace_dicts
 from inferris_dist.judge.check import check_log as check_history
 from inferris_dist.judge.invariants import InvariantBroken, check_invariants
-from inferris_dist.judge.promise import broken, comparable, first_difference, first_summary_difference, judge
+from inferris_dist.judge.promise import (
+    broken,
+    comparable,
+    first_difference,
+    first_summary_difference,
+    judge,
+    kept,
+)
 
 __all__ = ["InvariantBroken", "Run", "assert_holds", "check_history", "check_invariants", "comparable",
            "first_difference", "first_summary_difference", "judge", "reference", "run_on_processes",
@@ -42,12 +49,16 @@ def reference(workload: Workload | dict | str | Path, rung: str = "full") -> lis
     return trace_dicts(Engine(as_workload(workload), rung=rung))
 
 
-def assert_holds(local: list[dict], run: Run | list[dict], policy: str | None = None) -> dict:
-    """Assert `run` keeps its policy's promise against the in-process `local` lines; the verdict.
-    The AssertionError says what differed first (and what failed, on which side)."""
+def assert_holds(local: list[dict], run: Run | list[dict], policy: str | None = None,
+                 faults: list[str] | None = None) -> dict:
+    """Assert `run` keeps its policy's promise against the in-process `local` lines; the verdict
+    (judge/promise.py `kept`: a failure a fault made keeps abort's promise when the steps before
+    it are the reference's exactly and it blames a rank a fault acted on; `faults`, the run's, for
+    that blame: left out, it is not checked). The AssertionError says what differed first (and
+    what failed, on which side)."""
     remote = run.lines if isinstance(run, Run) else run
     policy = policy or (run.policy if isinstance(run, Run) else "abort")
-    verdict = judge(local, remote, policy)
+    verdict = kept(local, remote, policy, faults)
     said = broken(verdict, policy)
     if said is not None:
         raise AssertionError(said)
