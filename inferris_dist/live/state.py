@@ -35,7 +35,7 @@ from inferris_dist.protocol.wire import MsgType
 
 MAX_RANKS = 256              # ranks counted one by one (labels of /metrics); more are not
 REQUEST_BUDGET = 16 << 20    # bytes of the requests in flight whose token times are kept
-REQUEST_COST = 256           # what one kept request costs beside its id's characters (str, list, floats, slot)
+REQUEST_COST = 256           # what one kept request costs beside its id's characters (its entry)
 MAX_REASONS = 32             # finish and loss reasons kept as labels (the rest: "other")
 URGENT = frozenset({"rank-lost", "restart", "rejoin-wait", "step-failed", "audit-failed", "end",
                     "member", "run"})   # worth showing at once, not at the next tick
