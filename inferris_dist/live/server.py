@@ -16,7 +16,9 @@ headers at most MAX_HEAD bytes (431 past it), sent within HEAD_SECONDS of connec
 otherwise: one byte a second keeps no connection); every response written with a timeout
 of SEND_SECONDS, so a client that does not read is dropped, never buffered for. An event
 stream holds one message at most: the latest (a client that is slow gets the newest state
-when it has taken the one before, nothing piles up). Nothing from a request is reflected
+when it has taken the one before, nothing piles up). The page, its data and the download
+are built once per published state and sent PAGE_SECONDS apart at most, all clients
+together: asking again and again costs a wait, not a build. Nothing from a request is reflected
 in a response; one connection serves one request (Connection: close). Bound to loopback,
 only a Host of an address or localhost is served (a page of another site reaching it by
 DNS rebinding is refused, 403).
@@ -49,6 +51,7 @@ HEARTBEAT_SECONDS = 10.0
 PUBLISH_SECONDS = 0.25
 POLL_SECONDS = 0.05          # the follower looks at the log this often when nothing is new
 DRAIN_SECONDS = 2.0          # at the end: how long the streams get to take the last message
+PAGE_SECONDS = 0.05          # /, /data, /page.html: one sent at most this often, all clients together
 ROUTES = ("/", "/index.html", "/events", "/page.html", "/metrics", "/health", "/status", "/data")
 
 
@@ -222,6 +225,8 @@ class LiveServer:
         self.page_builds = 0                   # live pages built (one per published state at most)
         self._built: dict[str, tuple[int, bytes]] = {}    # what -> (the message seq it is of, its bytes)
         self._build_locks = {what: threading.Lock() for what in ("/", "/data", "/page.html")}
+        self._pace = threading.Lock()
+        self._next_page = 0.0                  # when the next page may be sent (PAGE_SECONDS apart)
         self._threads: list[threading.Thread] = []
         self._taken: dict[int, int] = {}       # stream id -> the message seq it has sent
 
@@ -327,7 +332,15 @@ class LiveServer:
         """The body of `/`, `/data` or `/page.html` for the state last published, built once
         per published state: a client that comes while it is being built waits for that build,
         and one that comes with nothing new takes the bytes built before. What a client can
-        make the server do is one build per published state (at most every PUBLISH_SECONDS)."""
+        make the server do is one build per published state (at most every PUBLISH_SECONDS), and
+        these bodies are sent PAGE_SECONDS apart at most, whoever asks (a client asking again and
+        again waits, at most MAX_CLIENTS * PAGE_SECONDS)."""
+        with self._pace:                       # clients asking again and again wait their turn
+            now = time.monotonic()
+            turn = max(now, self._next_page)
+            self._next_page = turn + PAGE_SECONDS
+        if turn > now:
+            self.stopping.wait(turn - now)
         with self.published:
             self.published.wait_for(lambda: self.message is not None or self.stopping.is_set(), HEAD_SECONDS)
             seq, data = self.message_seq, self.page_news
