@@ -113,10 +113,11 @@ def test_bench_launch_splits_a_launch_into_its_parts(tmp_path):
 
 def test_bench_serve(tmp_path):
     out = example("bench_serve.py", "--requests", 20, "--world-size", 2, "--costs", "0", "--repeat", 1,
-                  cwd=tmp_path)
+                  "--clients", 3, cwd=tmp_path)
     rows = [line for line in out.splitlines() if "us/step best" in line]
-    assert [row.split()[0] for row in rows] == ["plain", "wire", "serve", "serve"], out   # traces checked
-    assert re.search(r"serve \+ page .*\d\.\d{3}x plain$", rows[3]), out
+    assert [row.split()[0] for row in rows] == ["plain", "wire"] + ["serve"] * 3, out   # traces checked
+    assert re.search(r"serve \+ page .*\d\.\d{3}x plain .*\d\.\d{3}x plain's median$", rows[3]), out
+    assert re.search(r"serve \+ clients against serve: \d\.\d{3}x best, \d\.\d{3}x median", out), out
 
 
 def test_bench_hosts(tmp_path):

@@ -690,6 +690,24 @@ def test_every_kind_of_mark_has_its_budget(tmp_path):
 
 
 @needs_browser
+def test_an_attempt_in_flight_is_said_so_in_the_header(browser, faulted, tmp_path):
+    """The page of a log cut mid-step (its plans sent, no verdict yet): the step's attempt is
+    in flight, neither committed nor failed."""
+    lines = faulted[0].read_text().splitlines(keepends=True)
+    records = [json.loads(line) for line in lines]
+    plan = next(i for i, r in enumerate(records) if r.get("type") == "PLAN" and r.get("step") == 1)
+    cut, out = tmp_path / "cut.log", tmp_path / "cut.html"
+    cut.write_text("".join(lines[:plan + 1]))
+    write_page(str(cut), str(out))
+    loaded(browser, out)
+    page = browser.evaluate("({failed: inferrisPage.failedAttempts, "
+                            "inFlight: inferrisPage.attemptsInFlight})")
+    assert page == {"failed": 0, "inFlight": 1}
+    header = browser.evaluate("document.getElementById('run').innerText")
+    assert "1 steps committed in 2 attempts (1 in flight)" in header and "failed" not in header
+
+
+@needs_browser
 def test_the_links_marks_in_a_browser(browser, linked):
     loaded(browser, linked[1])
     page = browser.evaluate("({marks: inferrisPage.marks, drawn: inferrisPage.drawn})")

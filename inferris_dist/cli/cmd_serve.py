@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 
-from inferris_dist.cli.args import EXIT_OK
+from inferris_dist.cli.args import EXIT_OK, EXIT_TERMINATED
 from inferris_dist.cli.flags import linger_arg
 from inferris_dist.engine import WorkloadError
 from inferris_dist.words import shown
@@ -92,6 +92,7 @@ def run_serve(args) -> int:
     from inferris_dist.wirelog.logread import LogFollower
     child = args.fd is not None
     if child:
+        signal.signal(signal.SIGTERM, _stopped_quietly)
         _die_with(args.parent)
         try:
             os.nice(NICE)        # the run's own processes come first when the cores are busy
@@ -100,10 +101,14 @@ def run_serve(args) -> int:
         sock = socket.socket(fileno=args.fd)
     else:
         sock = listening_socket(args.address, "--address")
+    follower = None
     try:
         follower = LogFollower(args.wirelog, "serve")
+        _first_line_taken(follower)      # a log already begun is checked before anything is said
     except BaseException:
         sock.close()
+        if follower is not None:
+            follower.close()
         raise
     title = args.title or None
     state = LiveState(title)
@@ -145,19 +150,40 @@ def run_serve(args) -> int:
 
 
 def _follow(follower, state, stop, alive, follow) -> bool:
-    """The log's records until its end; a file whose first line is no record is not a log."""
-    first = follower.poll()
-    while not first and not follower.skipped and alive():
-        if stop.wait(0.05):
+    """The log's records until its end; a file whose first line is no record is not a wire log."""
+    while not _first_line_taken(follower):
+        if not alive() or stop.wait(0.05):
             return False
-        first = follower.poll()
-    if not first and follower.skipped:
+    return follow(follower, state, stop, alive)
+
+
+def _first_line_taken(follower) -> bool:
+    """Whether the log's first line has come (False: not yet); a first line that is no record
+    (junk, a blank line, JSON of another shape, past the line's bound) is bad input."""
+    from inferris_dist.wirelog.logread import decode_line
+    from inferris_dist.wirelog.schema import record_kind
+    pieces, size, fd = [], 0, follower.file.fileno()
+    while not pieces or b"\n" not in pieces[-1] and size <= follower.max_line:
+        chunk = os.pread(fd, 1 << 20, size)
+        if not chunk:
+            return False
+        pieces.append(chunk)
+        size += len(chunk)
+    line = b"".join(pieces).split(b"\n", 1)[0]
+    try:
+        record = record_kind(decode_line(line)) if len(line) <= follower.max_line else None
+    except (ValueError, RecursionError, MemoryError):
+        record = None
+    if record is None:
         raise WorkloadError(f"serve {follower.name}: not a wire log (its first line is no wire message "
                             f"or event)")
-    state.add(first)
-    if state.ended:
-        return True
-    return follow(follower, state, stop, alive)
+    return True
+
+
+def _stopped_quietly(signum, frame):
+    """A launch's server told to stop (its run is over, or was interrupted): the launch says
+    what happened, in one line of its own; the server leaves without a word, status 143."""
+    raise SystemExit(EXIT_TERMINATED)
 
 
 def _die_with(parent: int | None) -> None:

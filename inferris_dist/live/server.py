@@ -16,7 +16,9 @@ headers at most MAX_HEAD bytes (431 past it), sent within HEAD_SECONDS of connec
 otherwise: one byte a second keeps no connection); every response written with a timeout
 of SEND_SECONDS, so a client that does not read is dropped, never buffered for. An event
 stream holds one message at most: the latest (a client that is slow gets the newest state
-when it has taken the one before, nothing piles up). Nothing from a request is reflected
+when it has taken the one before, nothing piles up). The page, its data and the download
+are built once per published state and sent PAGE_SECONDS apart at most, all clients
+together: asking again and again costs a wait, not a build. Nothing from a request is reflected
 in a response; one connection serves one request (Connection: close). Bound to loopback,
 only a Host of an address or localhost is served (a page of another site reaching it by
 DNS rebinding is refused, 403).
@@ -49,6 +51,7 @@ HEARTBEAT_SECONDS = 10.0
 PUBLISH_SECONDS = 0.25
 POLL_SECONDS = 0.05          # the follower looks at the log this often when nothing is new
 DRAIN_SECONDS = 2.0          # at the end: how long the streams get to take the last message
+PAGE_SECONDS = 0.05          # /, /data, /page.html: one sent at most this often, all clients together
 ROUTES = ("/", "/index.html", "/events", "/page.html", "/metrics", "/health", "/status", "/data")
 
 
@@ -218,7 +221,12 @@ class LiveServer:
         self.message_seq = 0
         self.final_seq: int | None = None      # the message that said the run ended
         self.build_seconds = 0.0
-        self._page_lock = threading.Lock()
+        self.page_news: dict | None = None     # the page's data in the latest message
+        self.page_builds = 0                   # live pages built (one per published state at most)
+        self._built: dict[str, tuple[int, bytes]] = {}    # what -> (the message seq it is of, its bytes)
+        self._build_locks = {what: threading.Lock() for what in ("/", "/data", "/page.html")}
+        self._pace = threading.Lock()
+        self._next_page = 0.0                  # when the next page may be sent (PAGE_SECONDS apart)
         self._threads: list[threading.Thread] = []
         self._taken: dict[int, int] = {}       # stream id -> the message seq it has sent
 
@@ -298,26 +306,17 @@ class LiveServer:
             return
         path = req.path
         if path in ("/", "/index.html"):
-            with self.state.lock:
-                from inferris_dist.page import page_html
-                data = self.state.page_data()
-                html = page_html(data, data["title"], live=True)
-            _send(conn, response(200, html.encode("utf-8"), "text/html; charset=utf-8", head_only=head))
+            _send(conn, response(200, self._built_for("/"), "text/html; charset=utf-8", head_only=head))
         elif path == "/events":
             if head:
                 _send(conn, response(200, b"", "text/event-stream", head_only=True))
                 return
             self._stream(conn)
         elif path == "/page.html":
-            with self._page_lock:             # one at a time: it reads the whole log again
-                html = self.page_file()
-            _send(conn, response(200, html.encode("utf-8"), "text/html; charset=utf-8",
-                                 extra=DOWNLOAD,
-                                 head_only=head))
+            _send(conn, response(200, self._built_for("/page.html"), "text/html; charset=utf-8",
+                                 extra=DOWNLOAD, head_only=head))
         elif path == "/data":
-            with self.state.lock:
-                body = _json(self.state.page_data())
-            _send(conn, response(200, body, "application/json", head_only=head))
+            _send(conn, response(200, self._built_for("/data"), "application/json", head_only=head))
         elif path == "/metrics":
             _send(conn, response(200, exposition(self.registry), CONTENT_TYPE_LATEST, head_only=head))
         elif path == "/health":
@@ -328,6 +327,40 @@ class LiveServer:
         else:
             _send(conn, response(404, b"not found: this server serves / (the live page), /events, "
                                       b"/page.html, /metrics, /health, /status\n", head_only=head))
+
+    def _built_for(self, what: str) -> bytes:
+        """The body of `/`, `/data` or `/page.html` for the state last published, built once
+        per published state: a client that comes while it is being built waits for that build,
+        and one that comes with nothing new takes the bytes built before. What a client can
+        make the server do is one build per published state (at most every PUBLISH_SECONDS), and
+        these bodies are sent PAGE_SECONDS apart at most, whoever asks (a client asking again and
+        again waits, at most MAX_CLIENTS * PAGE_SECONDS)."""
+        with self._pace:                       # clients asking again and again wait their turn
+            now = time.monotonic()
+            turn = max(now, self._next_page)
+            self._next_page = turn + PAGE_SECONDS
+        if turn > now:
+            self.stopping.wait(turn - now)
+        with self.published:
+            self.published.wait_for(lambda: self.message is not None or self.stopping.is_set(), HEAD_SECONDS)
+            seq, data = self.message_seq, self.page_news
+        with self._build_locks[what]:
+            built = self._built.get(what)
+            if built is not None and built[0] >= seq:
+                return built[1]
+            if data is None:                   # nothing published (stopping): the state as it is
+                with self.state.lock:
+                    data = finite(self.state.page_data())
+            if what == "/":
+                from inferris_dist.page import page_html
+                body = page_html(data, data["title"], live=True).encode("utf-8")
+                self.page_builds += 1
+            elif what == "/data":
+                body = _json(data)
+            else:                              # the whole log read again, as --html reads it
+                body = self.page_file().encode("utf-8")
+            self._built[what] = (seq, body)
+            return body
 
     # -- the event stream
 
@@ -385,12 +418,14 @@ class LiveServer:
                 built_version = state.version
                 news = {"live": state.live_json(), "page": state.page_data()}
                 ended = state.ended
-            text = json.dumps(finite(news), ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+            news = finite(news)
+            text = json.dumps(news, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
             message = f"id: {built_version}\nevent: state\ndata: {text}\n\n".encode("ascii")
             last = time.monotonic()
             self.build_seconds = last - started
             with self.published:
                 self.message = message
+                self.page_news = news["page"]
                 self.message_seq += 1
                 if ended and self.final_seq is None:
                     self.final_seq = self.message_seq

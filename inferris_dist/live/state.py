@@ -14,8 +14,10 @@ Everything here is read from the records alone (nothing from the scheduler's mem
 the same state follows a run of `launch --serve`, a library run's log, or a log written
 long ago. Whatever a record holds, `add` never raises: what cannot be used is skipped (the
 page's model counts it). Memory: bounded as the page's model is, plus one entry per request
-in flight (dropped when it finishes) and a few numbers per rank (ranks beyond MAX_RANKS are
-not counted per rank).
+in flight (dropped when it finishes) within REQUEST_BUDGET bytes, its id's and its entry's
+(a request admitted past it is counted, `requests_not_kept`, and said on the page and by
+/status: its token times are not measured), and a few numbers per rank (ranks beyond MAX_RANKS
+are not counted per rank).
 """
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ from inferris_dist.protocol import wire
 from inferris_dist.protocol.wire import MsgType
 
 MAX_RANKS = 256              # ranks counted one by one (labels of /metrics); more are not
-MAX_REQUESTS = 1_000_000     # requests in flight whose token times are kept
+REQUEST_BUDGET = 16 << 20    # bytes of the requests in flight whose token times are kept
+REQUEST_COST = 256           # what one kept request costs beside its id's characters (its entry)
 MAX_REASONS = 32             # finish and loss reasons kept as labels (the rest: "other")
 URGENT = frozenset({"rank-lost", "restart", "rejoin-wait", "step-failed", "audit-failed", "end",
                     "member", "run"})   # worth showing at once, not at the next tick
@@ -163,6 +166,8 @@ class LiveState:
         self.follow_error: str | None = None    # the follower stopped: why
         self._phase_start: dict[int, float] = {}   # step -> its first phase's start (steps in flight)
         self._requests: dict[str, list] = {}       # request -> [admitted step, its start t, last step, t]
+        self._request_bytes = 0                     # what _requests costs, within REQUEST_BUDGET
+        self.requests_not_kept = 0                  # admitted past the budget: no token times
         self._world = 0
 
     # -- taking records ----------------------------------------------------------------------
@@ -316,8 +321,13 @@ class LiveState:
         requests = self._requests
         admitted = trace.get("admitted") if isinstance(trace.get("admitted"), list) else []
         for rid in admitted:
-            if isinstance(rid, str) and rid not in requests and len(requests) < MAX_REQUESTS:
-                requests[rid] = [step, begun, None, None]
+            if not isinstance(rid, str) or rid in requests:
+                continue
+            if self._request_bytes + len(rid) + REQUEST_COST > REQUEST_BUDGET:
+                self.requests_not_kept += 1
+                continue
+            requests[rid] = [step, begun, None, None]
+            self._request_bytes += len(rid) + REQUEST_COST
         sampled = trace.get("sampled") if isinstance(trace.get("sampled"), dict) else {}
         accepted = trace.get("accepted") if isinstance(trace.get("accepted"), dict) else {}
         n.generation_tokens += sum(v for v in accepted.values() if is_int(v) and v > 0)
@@ -337,7 +347,8 @@ class LiveState:
         finished = trace.get("finished") if isinstance(trace.get("finished"), dict) else {}
         for rid, why in finished.items():
             _count(n.finished, why)
-            requests.pop(rid, None)
+            if requests.pop(rid, None) is not None:
+                self._request_bytes -= len(rid) + REQUEST_COST
 
     def _ev_idle(self, ev: dict) -> None:
         first, last = ev.get("first"), ev.get("last")
@@ -459,6 +470,7 @@ class LiveState:
             "health": self.health if self.follow_error is None or end else "unknown",
             "reason": self.reason if self.follow_error is None or end else self.follow_error,
             "requests_finished": sum(n.finished.values()),
+            "requests_not_kept": self.requests_not_kept,
             "ended": end is not None,
             "status": say(end.get("status"))[:20] if end is not None else None,
             "error": error_text(end["error"])[:400] if end is not None and end.get("error") else None,
@@ -480,6 +492,10 @@ class LiveState:
             b.marks_of, b.dropped_of = marks_of, dropped_of
         if self.end is None:      # the run goes on: its log has no end yet, and that is no fault
             data["notes"] = [n for n in data["notes"] if not n.startswith(NO_END_NOTE)]
+        if self.requests_not_kept:
+            data["notes"].append(f"{self.requests_not_kept:,} requests not kept: admitted while the "
+                                 f"server's budget for requests in flight ({REQUEST_BUDGET >> 20} MB) was "
+                                 f"spent, their token times are not in /metrics")
         return data
 
     def live_json(self) -> dict:

@@ -40,6 +40,8 @@ from inferris_dist.page.model import (
 )
 from inferris_dist.words import shown
 
+IN_FLIGHT = "in flight: no verdict in the log yet"   # page.js counts it neither committed nor failed
+
 
 class _Clock:
     """Scheduler seconds -> integer microseconds from the start of the run."""
@@ -102,6 +104,10 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
     # attempts and their round trips
     attempts = []
     committed_by_attempt = not b.has_step_events
+    # a log that goes on (step events, no end yet): an attempt with no verdict past the last step
+    # joined is in flight, neither committed nor failed
+    going_on = b.has_step_events and b.end is None
+    joined_to = max((a.step for a in b.attempts if a.verdict == "joined"), default=-1) if going_on else 0
     for a in b.attempts:
         start = a.start()
         ends = [rt.back for rt in a.ranks.values() if rt.back is not None]
@@ -110,8 +116,9 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
             start = end if end is not None else origin
         if end is None:
             end = start
-        verdict = a.verdict or ("joined" if a.ranks and all(rt.back is not None for rt in a.ranks.values())
-                                else "no answer in the log")
+        answered = a.ranks and all(rt.back is not None for rt in a.ranks.values())
+        verdict = a.verdict or (IN_FLIGHT if going_on and a.step > joined_to else
+                                "joined" if answered else "no answer in the log")
         rows = []
         for rank in sorted(a.ranks):
             rt = a.ranks[rank]
@@ -131,7 +138,8 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
         links = [[rank, T(", ".join(a.ranks[rank].link))] for rank in sorted(a.ranks) if a.ranks[rank].link]
         attempts.append([a.step, a.epoch, us(start), us(end), T(verdict), a.plan_bytes, a.plan, rows]
                         + ([links] if links else []))
-        a.verdict = verdict
+        if committed_by_attempt:
+            a.verdict = verdict          # what _steps takes as committed
 
     # committed steps: their spans, counters and lines
     steps, lanes, lines_over = _steps(b, committed_by_attempt)

@@ -115,8 +115,11 @@ const attempts = (D.attempts || []).map((r, i) => {
   const links = new Map(Array.isArray(r[8]) ? r[8].map((w) => [w[0], txt(w[1])]) : []);
   // a plan sent ahead (overlap) and never read, its epoch having ended: void, not a failure
   const isVoid = verdict.startsWith('void');
+  // the log goes on and this attempt's verdict is not in it yet: neither committed nor failed
+  const inFlight = verdict.startsWith('in flight');
   return {i: i, step: r[0], epoch: r[1], a: a, b: Math.max(a, r[3]), verdict: verdict,
-          ok: verdict === 'joined', void: isVoid, planBytes: r[5], plan: r[6], rts: rts, links: links};
+          ok: verdict === 'joined', void: isVoid, inFlight: inFlight, planBytes: r[5], plan: r[6], rts: rts,
+          links: links};
 });
 const attemptsOf = new Map();
 for (const x of attempts) {
@@ -124,8 +127,9 @@ for (const x of attempts) {
   attemptsOf.get(x.step).push(x);
 }
 const byStart = attempts.slice().sort((p, q) => p.a - q.a);
-const failed = byStart.filter((x) => !x.ok && !x.void);
+const failed = byStart.filter((x) => !x.ok && !x.void && !x.inFlight);
 const voided = byStart.filter((x) => x.void);
+const inFlight = byStart.filter((x) => x.inFlight);
 const failedA = Float64Array.from(failed, (x) => x.a);
 const failedMax = failed.reduce((m, x) => Math.max(m, x.b - x.a), 0);
 
@@ -705,7 +709,7 @@ function drawRank(L, y, h, st, seen) {
     const it = L.list[j];
     const lost = !(it.rt.back === it.rt.back);
     const w = x1 - x0;
-    const sev = it.x.void ? 0 : lost ? 3 : it.x.ok ? 1 : 2;
+    const sev = it.x.void || it.x.inFlight ? 0 : lost ? 3 : it.x.ok ? 1 : 2;
     st.roundTrips++;
     if (w < 1) {
       const c = Math.floor(x0);
@@ -1251,7 +1255,7 @@ function showStep(k) {
     } else if (typeof plan === 'string') add(P, 'div', 'mono', plan);
     else planTable(plan);
     resultTables(x);
-    add(P, 'div', 'join ' + (x.ok ? 'ok' : x.void ? 'void' : 'bad'), 'join: ' + x.verdict +
+    add(P, 'div', 'join ' + (x.ok ? 'ok' : x.void || x.inFlight ? 'void' : 'bad'), 'join: ' + x.verdict +
       (x.void ? ' \u2014 not a failure: a plan sent ahead is void when its epoch ends before it is read' : ''));
     for (const m of atStep) {
       if (m.epoch === x.epoch && !shown.has(m.i)) { shown.add(m.i); eventLine(m); }
@@ -1324,7 +1328,8 @@ function showRun() {
   put('error', M.error);
   put('messages', M.messages + ' (' + hb(M.bytes_out) + ' out, ' + hb(M.bytes_in) + ' in)');
   put('steps', nSteps + ' committed, ' + attempts.length + ' attempts (' + failed.length + ' failed' +
-    (voided.length ? ', ' + voided.length + ' void: sent ahead, never read' : '') + ')');
+    (voided.length ? ', ' + voided.length + ' void: sent ahead, never read' : '') +
+    (inFlight.length ? ', ' + inFlight.length + ' in flight' : '') + ')');
   for (const o of M.offsets || []) put('clock of rank ' + o[0] + ' (pid ' + o[1] + ')', o[2] + ' \u00b5s');
   table(P, ['', ''], rows, new Set()).className = 'wrap';
   add(P, 'div', 'sub', 'Click a step (the top lane, a round trip or a phase) for its plan item by item, ' +
@@ -1344,8 +1349,10 @@ function header() {
   if (M.policy) parts.push('on rank loss: ' + M.policy);
   if (M.faults && M.faults.length) parts.push('faults ' + M.faults.join(' '));
   if (M.requests !== null && M.requests !== undefined) parts.push(M.requests + ' requests');
+  const open = [failed.length ? failed.length + ' failed' : '', inFlight.length ? inFlight.length + ' in flight' : '']
+    .filter((w) => w);
   parts.push(nSteps + ' steps committed in ' + attempts.length + ' attempts' +
-    (failed.length ? ' (' + failed.length + ' failed)' : ''));
+    (open.length ? ' (' + open.join(', ') + ')' : ''));
   const lost = markCount.lost || 0, restarts = markCount.restart || 0;
   if (lost || restarts) parts.push(lost + ' loss' + (lost === 1 ? '' : 'es') + ', ' + restarts + ' restart' +
     (restarts === 1 ? '' : 's'));
@@ -1578,6 +1585,7 @@ window.inferrisPage = Object.freeze({
   stepNumbers: stepList.slice(),
   attempts: attempts.length,
   failedAttempts: failed.length,
+  attemptsInFlight: inFlight.length,
   marks: Object.freeze(Object.assign({}, markCount)),
   requestLanes: RQ.ids.length,
   requests: RQ.total,
