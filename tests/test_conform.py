@@ -214,3 +214,12 @@ def test_the_faults_profile_passes_our_worker_and_is_informational_for_one_witho
     assert without.returncode == 0, without.stdout            # the profile is optional
     rows = [line for line in without.stdout.splitlines() if line.startswith("faults.")]
     assert rows and all(" INFORMATIONAL " in line for line in rows), rows
+
+
+@pytest.mark.timeout(30)
+def test_a_junit_file_that_cannot_be_written_loses_no_verdict():
+    done = conform("--case", "handshake.hello", "--junit", "/dev/full")
+    assert done.returncode == 1
+    assert "1 passed, 0 failed" in done.stdout
+    said = "inferris-dist conform: cannot write --junit /dev/full: No space left on device"
+    assert done.stderr.strip() == said

@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from inferris_dist.cli.args import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+from inferris_dist.cli.args import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from inferris_dist.protocol.limits import seconds_arg
 
 OWN_WORKER = ("{python} -m inferris_dist.rank --connect {{connect}} --rank {{rank}} "
@@ -85,8 +85,6 @@ def main(args) -> int:
         return EXIT_INTERRUPTED
     seconds = time.monotonic() - started
     status = exit_status(results)
-    if args.junit is not None:
-        Path(args.junit).write_bytes(junit(results, seconds))
     failed = any(r.grade == FAIL for r in results)
     if temporary and not failed:
         shutil.rmtree(keep, ignore_errors=True)
@@ -96,6 +94,13 @@ def main(args) -> int:
         out.write(f"{summary(results)} in {seconds:.1f} s\n")
         if failed:
             out.write(f"wire logs and worker output kept in {keep}\n")
+    out.flush()
+    if args.junit is not None:             # after the results are said: a full disk loses no verdict
+        try:
+            Path(args.junit).write_bytes(junit(results, seconds))
+        except OSError as e:
+            sys.stderr.write(f"inferris-dist conform: cannot write --junit {args.junit}: {e.strerror or e}\n")
+            return max(status, EXIT_FAILED)
     return status
 
 
