@@ -453,10 +453,7 @@ def _refuse(conn: socket.socket) -> None:
     except OSError:
         pass
     finally:
-        try:
-            conn.close()
-        except OSError:
-            pass
+        _shut(conn)
 
 
 def _close(conn: socket.socket) -> None:
@@ -472,10 +469,14 @@ def _close(conn: socket.socket) -> None:
     except OSError:
         pass
     finally:
-        try:
-            conn.close()
-        except OSError:
-            pass
+        _shut(conn)
+
+
+def _shut(conn: socket.socket) -> None:
+    try:
+        conn.close()
+    except OSError:
+        pass
 
 
 def _wait_closed(conn: socket.socket, seconds: float, stopping: threading.Event) -> None:
