@@ -118,7 +118,10 @@ def _hostile_inputs(tmp: Path) -> dict[str, str]:
 def test_every_input_is_read_under_a_byte_budget_and_a_deadline(tmp_path, command):
     """/dev/zero, a fifo no one writes to, a 300 MB sparse file, bytes that are not UTF-8, JSON
     nested 200,000 deep, a directory: each one line and exit 2, in bounded memory and time."""
-    for path, says in _hostile_inputs(tmp_path).items():
+    inputs = _hostile_inputs(tmp_path)
+    if command[0] == "chaos":             # a fifo costs its 10 s deadline: tried once, with run
+        inputs.pop(str(tmp_path / "fifo"))
+    for path, says in inputs.items():
         done = subprocess.run(["/usr/bin/time", "-q", "-f", "%M", *CLI, *command, path], cwd=REPO, env=ENV,
                               capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=40)
         *said, peak_kb = done.stderr.strip().splitlines()
