@@ -59,9 +59,14 @@ def reader(url: str, stop: threading.Event, got: list) -> None:
                             return
 
 
-def asker(url: str) -> None:
-    """A local client (`--client URL`): the live page asked for, read whole, the connection
-    closed, again and again until it is stopped or the server is gone."""
+def asker() -> None:
+    """A local client (`--client`): started before the run, so that its interpreter's start is
+    not the run's cost; told the URL on stdin once the server is up, then the live page asked
+    for, read whole, the connection closed, again and again until it is stopped or the server
+    is gone."""
+    url = sys.stdin.readline().strip()
+    if not url:
+        return
     host, port = re.match(r"http://([^:/]+):(\d+)/", url).groups()
     while True:
         try:
@@ -73,10 +78,18 @@ def asker(url: str) -> None:
             return
 
 
-def askers(url: str, n: int) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, __file__, "--client", url], preexec_fn=lambda: os.nice(19),
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def askers(n: int) -> list[subprocess.Popen]:
+    """`n` clients at nice 19, started and waiting for the URL (`tell`)."""
+    return [subprocess.Popen([sys.executable, __file__, "--client"], preexec_fn=lambda: os.nice(19),
+                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             text=True)
             for _ in range(n)]
+
+
+def tell(clients: list[subprocess.Popen], url: str) -> None:
+    for p in clients:
+        p.stdin.write(url + "\n")
+        p.stdin.close()
 
 
 def one_run(spec: Path, mode: str, cost: str, tmp: Path, clients: int) -> tuple[float, int, list[str], int]:
@@ -87,10 +100,11 @@ def one_run(spec: Path, mode: str, cost: str, tmp: Path, clients: int) -> tuple[
         args += ["--wire-log", str(tmp / "w.log")]
     if mode.startswith("serve"):
         args += ["--serve", "127.0.0.1:0"]
+    asking = askers(clients) if mode == "serve + clients" else []
     proc = subprocess.Popen(args, stdout=open(tmp / "out.jsonl", "w"), stderr=subprocess.PIPE, text=True)
     got: list = []
     stop = threading.Event()
-    page, asking = None, []
+    page = None
     if mode.startswith("serve"):
         line = proc.stderr.readline()
         url = line.split(" at ", 1)[1].split(" ", 1)[0]
@@ -98,7 +112,7 @@ def one_run(spec: Path, mode: str, cost: str, tmp: Path, clients: int) -> tuple[
             page = threading.Thread(target=reader, args=(url, stop, got), daemon=True)
             page.start()
         if mode == "serve + clients":
-            asking = askers(url, clients)
+            tell(asking, url)
     proc.stderr.read()
     failed = proc.wait() != 0
     stop.set()
@@ -121,10 +135,10 @@ def main() -> int:
     ap.add_argument("--costs", default="0,1", help="exec costs in ms per step, comma-separated")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--clients", type=int, default=15, help="local clients asking for / (serve + clients)")
-    ap.add_argument("--client", help=argparse.SUPPRESS)          # one of them
+    ap.add_argument("--client", action="store_true", help=argparse.SUPPRESS)     # one of them
     args = ap.parse_args()
     if args.client:
-        asker(args.client)
+        asker()
         return 0
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)

@@ -51,7 +51,8 @@ HEARTBEAT_SECONDS = 10.0
 PUBLISH_SECONDS = 0.25
 POLL_SECONDS = 0.05          # the follower looks at the log this often when nothing is new
 DRAIN_SECONDS = 2.0          # at the end: how long the streams get to take the last message
-PAGE_SECONDS = 0.05          # /, /data, /page.html: one sent at most this often, all clients together
+PAGE_SECONDS = 0.25          # /, /data, /page.html: one sent at most this often, all clients together
+REBUILD_SECONDS = 1.0        # and each built again at most this often (the event stream brings the rest)
 ROUTES = ("/", "/index.html", "/events", "/page.html", "/metrics", "/health", "/status", "/data")
 
 
@@ -223,7 +224,8 @@ class LiveServer:
         self.build_seconds = 0.0
         self.page_news: dict | None = None     # the page's data in the latest message
         self.page_builds = 0                   # live pages built (one per published state at most)
-        self._built: dict[str, tuple[int, bytes]] = {}    # what -> (the message seq it is of, its bytes)
+        self._built: dict[str, tuple[int, float, bytes]] = {}   # what -> (the message seq it is of,
+                                                                # when it was built, its bytes)
         self._build_locks = {what: threading.Lock() for what in ("/", "/data", "/page.html")}
         self._pace = threading.Lock()
         self._next_page = 0.0                  # when the next page may be sent (PAGE_SECONDS apart)
@@ -346,8 +348,8 @@ class LiveServer:
             seq, data = self.message_seq, self.page_news
         with self._build_locks[what]:
             built = self._built.get(what)
-            if built is not None and built[0] >= seq:
-                return built[1]
+            if built is not None and (built[0] >= seq or time.monotonic() - built[1] < REBUILD_SECONDS):
+                return built[2]                # the same state, or one built a moment ago
             if data is None:                   # nothing published (stopping): the state as it is
                 with self.state.lock:
                     data = finite(self.state.page_data())
@@ -359,7 +361,7 @@ class LiveServer:
                 body = _json(data)
             else:                              # the whole log read again, as --html reads it
                 body = self.page_file().encode("utf-8")
-            self._built[what] = (seq, body)
+            self._built[what] = (seq, time.monotonic(), body)
             return body
 
     # -- the event stream
