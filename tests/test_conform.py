@@ -223,3 +223,40 @@ def test_a_junit_file_that_cannot_be_written_loses_no_verdict():
     assert "1 passed, 0 failed" in done.stdout
     said = "inferris-dist conform: cannot write --junit /dev/full: No space left on device"
     assert done.stderr.strip() == said
+
+
+@pytest.mark.timeout(60)
+def test_each_case_runs_once(tmp_path):
+    """The scripted cases run on the kit's threads, each once: a worker started for one is
+    started once (its log says its start once)."""
+    done = conform("--case", "handshake.hello", "--case", "handshake.good", "--case", "stop.exit",
+                   "--case", "epoch.later", "--keep", str(tmp_path / "kept"))  # the real one between
+    assert done.returncode == 0, done.stdout
+    for case in ("stop.exit", "epoch.later"):
+        logs = list((tmp_path / "kept" / case).glob("worker-*.log"))
+        assert logs, case
+        starts = sum(log.read_text(errors="replace").count("inferris-dist worker: rank") for log in logs)
+        assert starts == len(logs), (case, starts, len(logs))
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_s_last_words_leave_the_junit_file_well_formed(tmp_path):
+    script = tmp_path / "noisy.sh"
+    script.write_text("#!/bin/sh\nprintf '\\033[31mboom\\001\\n' >&2\nexit 1\n")
+    script.chmod(0o755)
+    junit_file = tmp_path / "out.xml"
+    done = conform("--worker", f"{script} {{connect}} {{rank}} {{world_size}}", "--case", "handshake.hello",
+                   "--junit", str(junit_file), "--start-timeout", "5")
+    assert done.returncode == 1
+    ET.parse(junit_file)                   # well-formed, whatever the worker said
+
+
+def test_an_install_without_the_golden_workloads_skips_the_cases_that_need_them(tmp_path):
+    from inferris_dist.conform.cases import Kit, Missing, all_cases
+    from inferris_dist.conform.runner import exit_status, run_cases
+    kit = Kit(OWN, 5.0, Missing())
+    cases = [c for c in all_cases(None) if c.id == "plan.replay"]
+    results = run_cases(kit, cases, tmp_path, jobs=0)
+    assert [r.grade for r in results] == ["SKIPPED"]
+    assert "tests/data/golden" in results[0].detail
+    assert exit_status(results) == 1          # nothing tried, nothing said of the worker

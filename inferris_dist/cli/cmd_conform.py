@@ -44,7 +44,7 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from inferris_dist.conform.cases import FAIL, Kit, all_cases
+    from inferris_dist.conform.cases import FAIL, Kit, Missing, all_cases
     from inferris_dist.conform.report import as_json, junit, row
     from inferris_dist.conform.runner import exit_status, run_cases, summary
     from inferris_dist.launcher.command import CommandError, command_words
@@ -59,7 +59,7 @@ def main(args) -> int:
         _check_output(args.junit, words)
     keep, temporary = _keep_dir(args.keep)
     golden = _golden()
-    kit = Kit(command, args.start_timeout, golden)
+    kit = Kit(command, args.start_timeout, golden if golden is not None else Missing())
     cases = all_cases(golden)
     if args.case and not any(_matches(c.id, args.case) for c in cases):
         raise UsageError(f"inferris-dist conform: --case {' '.join(args.case)}: no such case")
@@ -81,7 +81,11 @@ def main(args) -> int:
         results = run_cases(kit, cases, keep, full=args.full, profiles=args.profile, patterns=args.case,
                             own_worker=own, told=told)
     except KeyboardInterrupt:
-        sys.stderr.write(f"inferris-dist conform: interrupted; every worker stopped; kept: {keep}\n")
+        if temporary:
+            shutil.rmtree(keep, ignore_errors=True)
+            sys.stderr.write("inferris-dist conform: interrupted; every worker stopped\n")
+        else:
+            sys.stderr.write(f"inferris-dist conform: interrupted; every worker stopped; kept: {keep}\n")
         return EXIT_INTERRUPTED
     seconds = time.monotonic() - started
     status = exit_status(results)

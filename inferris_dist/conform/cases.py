@@ -72,13 +72,29 @@ class Case:
         return f"{self.id} {self.section}"
 
 
+class NoGolden(Exception):
+    """A case needs the golden workloads, and this install has none (they are a checkout's)."""
+
+
+class Missing:
+    """Where the golden workloads would be, in an install without them: naming one of them is
+    NoGolden, which grades the case SKIPPED with the reason."""
+
+    def __truediv__(self, name: str):
+        raise NoGolden(f"needs the golden workloads ({name}): they are in a source checkout's "
+                       f"tests/data/golden")
+
+    def glob(self, pattern: str):
+        return iter(())
+
+
 @dataclass
 class Kit:
     """What every case is given: the worker command, how long it may take to connect, and where
     the golden workloads are."""
     command: str
     start_timeout: float
-    golden: Path | None
+    golden: Path | Missing
 
 
 # -- the reference ------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ testsuite/testcase/failure/skipped elements CI systems read)."""
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from typing import Sequence
 
@@ -38,6 +39,15 @@ def as_json(results: Sequence[Result], seconds: float, keep: str) -> str:
                    "reproduce": r.reproduce if r.grade == FAIL else None} for r in results]}, indent=1)
 
 
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(text: str) -> str:
+    """`text` with what XML 1.0 cannot hold (a worker's last words may have anything) shown as
+    escapes: the file stays well-formed."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def junit(results: Sequence[Result], seconds: float) -> bytes:
     suite = ET.Element("testsuite", name="inferris-dist conform", tests=str(len(results)),
                        failures=str(sum(1 for r in results if r.grade == FAIL)), errors="0",
@@ -47,10 +57,10 @@ def junit(results: Sequence[Result], seconds: float) -> bytes:
                              name=r.case.title, time=f"{r.seconds:.3f}")
         if r.grade == FAIL:
             failure = ET.SubElement(case, "failure", message=_one_line(r.detail, 400), type="FAIL")
-            failure.text = f"{r.detail}\nagain: {r.reproduce}\nwire log: {r.wire_log or '-'}"
+            failure.text = _xml_text(f"{r.detail}\nagain: {r.reproduce}\nwire log: {r.wire_log or '-'}")
         elif r.grade == SKIPPED:
-            ET.SubElement(case, "skipped", message=r.detail)
+            ET.SubElement(case, "skipped", message=_xml_text(r.detail))
         elif r.grade in (NON_STRICT, INFORMATIONAL):
             out = ET.SubElement(case, "system-out")
-            out.text = f"{r.grade}: {r.detail}"
+            out.text = _xml_text(f"{r.grade}: {r.detail}")
     return ET.tostring(suite, encoding="utf-8", xml_declaration=True)

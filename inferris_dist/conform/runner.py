@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
-from inferris_dist.conform.cases import FAIL, PASS, SKIPPED, Case, Kit, Outcome
+from inferris_dist.conform.cases import FAIL, PASS, SKIPPED, Case, Kit, NoGolden, Outcome
 from inferris_dist.conform.scripted import NeverConnected, ScriptError, live
 
 JOBS = 2          # scripted cases at once, beside the real scheduler's one at a time
@@ -80,8 +80,9 @@ def run_cases(kit: Kit, cases: Sequence[Case], keep: Path, *, full: bool = False
         for i in order:
             if chosen[i][0].scripted and pool is not None:
                 futures[i] = pool.submit(state.run, chosen[i][0])
+        pooled = set(futures)                 # run by the pool: never again here, taken or not
         for i in order:
-            if i not in futures:
+            if i not in pooled:
                 results[i] = state.run(chosen[i][0])
             for j, f in list(futures.items()):
                 if f.done():
@@ -136,6 +137,8 @@ class _State:
             outcome = Outcome(FAIL, f"{self.never}: {e}")
         except ScriptError as e:
             outcome = Outcome(FAIL, str(e))
+        except NoGolden as e:
+            outcome = Outcome(SKIPPED, str(e))
         except Exception as e:      # a case that cannot go on says why, in one line
             outcome = Outcome(FAIL, f"{type(e).__name__}: {e}")
         log = where / "wire.jsonl"
@@ -157,7 +160,9 @@ def summary(results: Sequence[Result]) -> str:
 
 
 def exit_status(results: Sequence[Result]) -> int:
-    return 1 if any(r.failed for r in results) else 0
+    """1 when a required case failed, or when none passed (a run that tried nothing, for want of
+    the golden workloads, says nothing of the worker)."""
+    return 1 if any(r.failed for r in results) or not any(r.grade == PASS for r in results) else 0
 
 
 __all__ = ["PASS", "Result", "exit_status", "run_cases", "summary"]

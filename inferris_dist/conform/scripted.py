@@ -48,6 +48,8 @@ class Scripted:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.sock.setsockopt(zmq.SNDTIMEO, 5000)
+        self.sock.setsockopt(zmq.RCVTIMEO, 5000)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_FRAME_BYTES)   # a worker under test sends no more
         self.address = local_endpoint(run_dir)
         self.sock.bind(self.address)
         self.procs: list[CommandProcess] = []

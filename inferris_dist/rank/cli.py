@@ -7,10 +7,12 @@ in); or by anyone else (a cluster's launcher) for a `launch --listen` scheduler:
 and address from flags or the launcher's environment (placement), CURVE keys from `--keys DIR`.
 The argument types are the ones the scheduler's command line uses.
 
-The run secret is read from stdin when stdin is not a terminal and no `--keys` is given: one
-line of hex, waited for at most SECRET_WAIT_S; an empty stdin (EOF, /dev/null) or nothing within
-that time means no secret (a `--listen` scheduler without keys), a line that is not hex is bad
-input.
+The run secret is read from stdin when stdin is not a terminal and no `--keys` is given, as
+docs/protocol.md §3.2 says: one line of lowercase hex, waited for at most SECRET_WAIT_S; an empty
+stdin (EOF, /dev/null) or nothing within that time means no secret (a `--listen` scheduler
+without keys). Any byte read makes it a worker a scheduler started: the line must then be the
+secret (an empty line or one that is not hex is exit 3), and the worker leaves when its parent,
+that scheduler, is gone.
 """
 from __future__ import annotations
 
@@ -22,10 +24,11 @@ import sys
 
 from inferris_dist.protocol.limits import int_arg, seconds_arg
 from inferris_dist.protocol.placement import PlacementError, digits_arg, place
-from inferris_dist.rank.worker import EXIT_USAGE, Worker, die_with_parent, fail
+from inferris_dist.rank.worker import EXIT_PROTOCOL, EXIT_USAGE, Worker, die_with_parent, fail
 
 SECRET_WAIT_S = 2.0     # a scheduler writes the secret as it starts us; a launcher's stdin may stay silent
 MAX_SECRET_LINE = 1024
+HEX_DIGITS = frozenset(b"0123456789abcdef")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,7 +74,11 @@ def main(argv: list[str] | None = None) -> int:
              else ', no keys (plaintext)')
     sys.stderr.write(f"inferris-dist worker: {where.line()}{proof}\n")
     sys.stderr.flush()
-    worker = Worker(where.rank, where.world_size, where.address, None, secret=secret, keys=keys)
+    parent = None
+    if secret:                           # a scheduler started us: gone with it (§3.5)
+        parent = os.getppid()
+        die_with_parent(parent, death_signal=False)   # the pidfd watch: a spawning thread may end first
+    worker = Worker(where.rank, where.world_size, where.address, parent, secret=secret, keys=keys)
     try:
         worker.handshake(args.join_timeout)
         worker.serve()
@@ -99,13 +106,13 @@ def secret_from_stdin() -> bytes:
             break
         line += chunk
         deadline = 0.5
-    text = line.strip()
-    if not text:
-        return b""
-    try:
-        return bytes.fromhex(text.decode("ascii"))
-    except (ValueError, UnicodeDecodeError):
-        fail("inferris-dist worker: stdin holds no run secret (one line of hex expected)", EXIT_USAGE)
+    if not line:
+        return b""                       # nothing came: no secret
+    text = line.removesuffix(b"\n")
+    if not text or len(text) % 2 or not all(c in HEX_DIGITS for c in text):
+        fail("inferris-dist worker: stdin holds no run secret (one line of lowercase hex expected)",
+             EXIT_PROTOCOL)
+    return bytes.fromhex(text.decode("ascii"))
 
 
 def _spawned(args) -> int:
