@@ -15,6 +15,8 @@ import pytest
 
 from inferris_dist.launcher.command import OUTPUT_BUDGET, TAIL_BYTES
 
+from tests.helpers.procs import wait_until
+
 BROKEN = Path(__file__).parent / "data" / "broken_workers"
 ENV = {**os.environ, "PYTHONPATH": str(BROKEN)}
 
@@ -260,3 +262,33 @@ def test_an_install_without_the_golden_workloads_skips_the_cases_that_need_them(
     assert [r.grade for r in results] == ["SKIPPED"]
     assert "tests/data/golden" in results[0].detail
     assert exit_status(results) == 1          # nothing tried, nothing said of the worker
+
+
+@pytest.mark.timeout(30)
+def test_our_worker_in_the_command_form_leaves_with_the_scheduler_that_started_it(tmp_path):
+    """Given the run secret, it was started by a scheduler: when that process is killed with
+    SIGKILL, before any connection was made, the worker goes too (protocol.md §3.5)."""
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        "w = subprocess.Popen([sys.executable, '-m', 'inferris_dist.rank', '--connect', "
+        f"'ipc://{tmp_path}/nobody', '--rank', '0', '--world-size', '1'], stdin=subprocess.PIPE, "
+        "start_new_session=True)\n"
+        "w.stdin.write(b'ab' * 32 + b'\\n'); w.stdin.close()\n"
+        "print(w.pid, flush=True)\n"
+        "time.sleep(60)\n")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    worker = int(parent.stdout.readline())
+    assert "the run secret from stdin" in parent.stderr.readline()     # the worker has taken it
+    parent.kill()
+    parent.wait(5)
+    gone = wait_until(lambda: _ended(worker), 10)
+    if not gone:
+        os.kill(worker, 9)
+    assert gone, "the worker outlived the scheduler that started it"
+
+
+def _ended(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True

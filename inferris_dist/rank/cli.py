@@ -74,11 +74,9 @@ def main(argv: list[str] | None = None) -> int:
              else ', no keys (plaintext)')
     sys.stderr.write(f"inferris-dist worker: {where.line()}{proof}\n")
     sys.stderr.flush()
-    parent = None
-    if secret:                           # a scheduler started us: gone with it (§3.5)
-        parent = os.getppid()
-        die_with_parent(parent, death_signal=False)   # the pidfd watch: a spawning thread may end first
-    worker = Worker(where.rank, where.world_size, where.address, parent, secret=secret, keys=keys)
+    if secret:      # a scheduler started us: gone with it (§3.5), connected or not; its closing
+        die_with_parent(os.getppid(), death_signal=True)    # connection still ends us, as any worker
+    worker = Worker(where.rank, where.world_size, where.address, None, secret=secret, keys=keys)
     try:
         worker.handshake(args.join_timeout)
         worker.serve()
