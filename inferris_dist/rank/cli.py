@@ -69,13 +69,14 @@ def main(argv: list[str] | None = None) -> int:
         keys = ClientKeys.load(args.keys, where.rank) if args.keys else None
     except (PlacementError, KeyFileError) as e:
         fail(f"inferris-dist worker: {e}", EXIT_USAGE)
+    parent = os.getppid()                # before the secret is read: a parent gone meanwhile is seen
     secret = b"" if keys is not None else secret_from_stdin()
+    if secret:      # a scheduler started us: gone with it (§3.5), connected or not; its closing
+        die_with_parent(parent, death_signal=True)    # connection still ends us, as any worker
     proof = (', CURVE keys from ' + args.keys if keys else ', the run secret from stdin' if secret
              else ', no keys (plaintext)')
     sys.stderr.write(f"inferris-dist worker: {where.line()}{proof}\n")
     sys.stderr.flush()
-    if secret:      # a scheduler started us: gone with it (§3.5), connected or not; its closing
-        die_with_parent(os.getppid(), death_signal=True)    # connection still ends us, as any worker
     worker = Worker(where.rank, where.world_size, where.address, None, secret=secret, keys=keys)
     try:
         worker.handshake(args.join_timeout)
