@@ -399,11 +399,11 @@ ORIGINAL_ORDER = ["engine loop", "continuous batching", "token budget", "paged s
                   "speculative decoding", "executor boundary", "parallelism"]
 
 
-def test_mechs_lists_the_twelve_in_the_original_order_and_one_beyond_with_real_modules_and_tests():
+def test_mechs_lists_the_twelve_in_the_original_order_and_two_beyond_with_real_modules_and_tests():
     from inferris_dist.engine.rungs import NAMES
     rows = mechs_rows()
-    assert [r[1] for r in rows] == ORIGINAL_ORDER + ["overlap scheduling *"]
-    assert [r[0] for r in rows] == [f"{i:02d}" for i in range(1, 14)]
+    assert [r[1] for r in rows] == ORIGINAL_ORDER + ["overlap scheduling *", "elastic world *"]
+    assert [r[0] for r in rows] == [f"{i:02d}" for i in range(1, 15)]
     for row in rows:
         assert len(row) == 6, row
         assert row[3] in NAMES, row

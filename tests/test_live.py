@@ -5,8 +5,8 @@ Without processes:
 2. a log followed as it is written gives each line once, when its newline has come, within bounds;
 3. the exposition parses with prometheus_client's own parser, and every family it serves is in
    docs/observing.md's table and every family there is served, with its type and labels;
-4. /health says 503 with the reason from a loss to the replacement's first committed step, and
-   /status says where the run is;
+4. /health's body says recovering, with the reason, from a loss to the replacement's first
+   committed step, and /status says where the run is;
 5. the server is bounded: unknown paths are 404, other methods 405, a foreign Host 403, huge
    headers 431, a request that never ends 408, one connection too many 503, and an event
    stream whose client never reads is dropped, all within their deadlines.

@@ -163,6 +163,10 @@ def check_well_typed(kind: MsgType, value) -> None:
         shard(value)
     elif kind is MsgType.REFUSED:
         assert type(value) is str
+    elif kind is MsgType.RESIZE:
+        assert type(value) is wire.Resize
+        shard(value.shard)
+        assert type(value.faults) is list and all(type(f) is str for f in value.faults)
     elif kind is MsgType.FIRED:
         assert type(value) is tuple and 0 < len(value) <= wire.MAX_FIRED
         assert all(type(t) is str for t in value)
@@ -324,11 +328,12 @@ BAD_HEADERS = {
     "version-2": pk(with_at(GOOD_HEADER, 0, 2)),
     "version-3": pk(with_at(GOOD_HEADER, 0, 3)),
     "version-4": pk(with_at(GOOD_HEADER, 0, 4)),
-    "version-6": pk(with_at(GOOD_HEADER, 0, 6)),
+    "version-5": pk(with_at(GOOD_HEADER, 0, 5)),
+    "version-7": pk(with_at(GOOD_HEADER, 0, 7)),
     "version-99": pk(with_at(GOOD_HEADER, 0, 99)),
     "version-negative": pk(with_at(GOOD_HEADER, 0, -1)),
     "type-0": pk(with_at(GOOD_HEADER, 1, 0)),
-    "type-11": pk(with_at(GOOD_HEADER, 1, 11)),
+    "type-12": pk(with_at(GOOD_HEADER, 1, 12)),
     "type-99": pk(with_at(GOOD_HEADER, 1, 99)),
     "type--1": pk(with_at(GOOD_HEADER, 1, -1)),
     "type-huge": pk(with_at(GOOD_HEADER, 1, 2**64 - 1)),
@@ -737,6 +742,7 @@ SHAPES = {
     MsgType.SHARD: _SHARD,
     MsgType.REFUSED: shaped(_S),
     MsgType.FIRED: st.lists(_S, min_size=0, max_size=3).map(tuple),
+    MsgType.RESIZE: shaped(_SHARD, mostly(st.lists(_S, max_size=3))),
 }
 SHAPES[MsgType.AUDIT] = SHAPES[MsgType.STOP] = SHAPES[MsgType.READY]
 V = wire.PROTOCOL_VERSION

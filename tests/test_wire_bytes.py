@@ -24,10 +24,11 @@ PLAN_AHEAD = ExecutionPlan(5, (PlanItem("r0", 9, 3, 2, True, 4, (4, 5), 3),
 OUTCOMES = (ItemOutcome("r0", 6, 3, 1, (4, 5)), ItemOutcome("r1", 0, 4, 0, (6,)))
 CONFIG = wire.Config(8, 4, {"r2": (1, 2)}, [(3, [("r0", 4, 0b1011)])], ["1:crash@3"], (1000000, 2000))
 SHARD = [(3, [("r0", 4, 0b1011)])]
+RESIZE = wire.Resize(SHARD, ["0:crash@9"])
 
 PINNED = [
     # (name, kind or None for a header, the message, its exact bytes in hex)
-    ("header", None, (MsgType.PLAN, 1, 7, 2, 4), "96050401070204"),
+    ("header", None, (MsgType.PLAN, 1, 7, 2, 4), "96060401070204"),
     ("hello", MsgType.HELLO, wire.Hello(4242, b"\x01" * 4), "92cd1092c40401010101"),
     ("config", MsgType.CONFIG, CONFIG,
      # ... faults ["1:crash@3"], exec cost [1 ms, 2 us per token] in ns
@@ -54,11 +55,13 @@ PINNED = [
     ("refused", MsgType.REFUSED, ("go away",), "91a7676f2061776179"),
     ("fired", MsgType.FIRED, ("1:crash@3",), "91a9313a63726173684033"),
     ("ready", MsgType.READY, (), "90"),
+    # [shard (SHARD's layout), faults]
+    ("resize", MsgType.RESIZE, RESIZE, "92" "9192039193a2723004c4010b" "91a9303a63726173684039"),
 ]
 
 
 def test_the_protocol_version_is_the_pinned_one():
-    assert wire.PROTOCOL_VERSION == 5, "the format changed: re-pin every message below"
+    assert wire.PROTOCOL_VERSION == 6, "the format changed: re-pin every message below"
 
 
 @pytest.mark.parametrize("name,kind,message,hexed", PINNED, ids=[p[0].replace(" ", "-") for p in PINNED])
@@ -81,6 +84,10 @@ def test_pinned_bytes_decode_to_the_message(name, kind, message, hexed):
     elif kind is MsgType.CONFIG:
         got = wire.decode_body(kind, frame)
         assert got._replace(faults=tuple(got.faults)) == message._replace(faults=tuple(message.faults))
+    elif kind is MsgType.RESIZE:
+        got = wire.decode_body(kind, frame)
+        assert [(p, [tuple(layer) for layer in layers]) for p, layers in got.shard] == SHARD
+        assert got.faults == message.faults
     elif kind is MsgType.SHARD:
         assert [(p, [tuple(layer) for layer in layers]) for p, layers in wire.decode_body(kind, frame)] \
             == [(p, [tuple(layer) for layer in layers]) for p, layers in message]

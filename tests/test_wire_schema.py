@@ -107,6 +107,9 @@ LAUNCHES = {   # name -> (exit status, arguments)
     "idle": (0, ["--spec", str(GOLDEN / "continuous_batching.spec.json"), "--world-size", "2"]),
     "link": (0, ["--spec", DEMO, "--world-size", "3", "--on-rank-loss", "restore", "--step-timeout", "0.5",
                  "--fault", "0:plan-dup@1", "--fault", "2:result-dup@1", "--fault", "1:partition@2:0.1"]),
+    "shrink": (0, ["--spec", DEMO, "--world-size", "3", "--on-rank-loss", "shrink", "--fault", "1:crash@2"]),
+    "pause": (0, ["--spec", DEMO, "--world-size", "3", "--on-rank-loss", "pause", "--serve", "127.0.0.1:0",
+                  "--pause-timeout", "0.2", "--pause-default", "scale-down", "--fault", "2:crash@3"]),
 }
 NEEDS_PEERS = {"turned-away", "rejoin-wait"}    # peers holding no rank; --listen: not run here
 

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from inferris_dist.protocol import wire
+
 from tests.helpers.external import CLI, ENV, GOLDEN, REPO, Scheduler, exit_line, run_json, stop_all
 
 WORKER_DIR = REPO / "examples" / "worker-js"
@@ -106,7 +108,7 @@ def test_a_crash_acted_out_by_the_node_worker_is_restored_from_the_pool():
 
 
 # ---------------------------------------------------------------------------------------------
-# The test as the scheduler: a ROUTER that speaks protocol version 5 to one Node worker.
+# The test as the scheduler: a ROUTER that speaks the protocol's version to one Node worker.
 
 class FakeScheduler:
     """A ROUTER bound on loopback, sending and receiving whole messages with deadlines."""
@@ -149,7 +151,7 @@ def unpack(frame: bytes):
 
 
 def header(kind: int, epoch: int = 0, step: int = 0, rank: int = 0, world_size: int = 1) -> bytes:
-    return pack([5, kind, epoch, step, rank, world_size])
+    return pack([wire.PROTOCOL_VERSION, kind, epoch, step, rank, world_size])
 
 
 def i32(*values: int) -> bytes:
@@ -163,7 +165,7 @@ def configured():
     worker = node_worker(fake.address, 0, 1)
     try:
         hello = fake.recv()
-        assert unpack(hello[0]) == [5, 1, 0, 0, 0, 1]
+        assert unpack(hello[0]) == [wire.PROTOCOL_VERSION, 1, 0, 0, 0, 1]
         assert unpack(hello[1])[1] == b""
         fake.send(header(2), pack([8, 4, {"a": [1, 0, 2, 1], "__proto__": [0]}, [], [], [0, 0]]))
         ready = fake.recv()
@@ -238,12 +240,12 @@ def test_a_worker_given_the_run_secret_proves_it_in_hello():
         worker.stdin.write(secret.hex().encode() + b"\n")
         worker.stdin.close()
         hello = fake.recv()
-        assert unpack(hello[0]) == [5, 1, 0, 0, 1, 2]
+        assert unpack(hello[0]) == [wire.PROTOCOL_VERSION, 1, 0, 0, 1, 2]
         pid, proof = unpack(hello[1])
         assert pid == worker.pid
-        text = f"inferris-dist hello v5 rank=1 world=2 pid={pid}".encode()
+        text = f"inferris-dist hello v{wire.PROTOCOL_VERSION} rank=1 world=2 pid={pid}".encode()
         assert proof == hmac.new(secret, text, hashlib.sha256).digest()
-        fake.send(pack([5, 9, 0, 0, -1, 2]), pack(["claims rank 1 from pid 1, not the worker we started"]))
+        fake.send(pack([wire.PROTOCOL_VERSION, 9, 0, 0, -1, 2]), pack(["claims rank 1 from pid 1, not the worker we started"]))
         assert exit_line(worker, 10) == (1, "worker-js rank 1: refused by the scheduler")
     finally:
         stop_all([worker])

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// A rank worker for inferris-dist, written from docs/protocol.md (wire version 5) and
+// A rank worker for inferris-dist, written from docs/protocol.md (wire version 6) and
 // docs/SPEC.md §3.7 alone: it shares no code with the project.
 //
 //   node worker.js --connect ADDRESS --rank R --world-size N [--keys DIR] [--join-timeout S]
@@ -14,9 +14,9 @@ const tty = require('tty');
 const zmq = require('zeromq');
 const { Encoder, Decoder } = require('@msgpack/msgpack');
 
-const VERSION = 5;
+const VERSION = 6;
 const TYPE = { HELLO: 1, CONFIG: 2, READY: 3, PLAN: 4, RESULT: 5, AUDIT: 6, SHARD: 7, STOP: 8, REFUSED: 9,
-  FIRED: 10 };
+  FIRED: 10, RESIZE: 11 };
 const TYPE_NAME = Object.fromEntries(Object.entries(TYPE).map(([k, v]) => [v, k]));
 
 // Protocol §10: the bounds every frame is decoded within.
@@ -371,27 +371,27 @@ class Shard {
     }
   }
 
-  /** Sets every slot a SHARD-layout value names (CONFIG's `shard`, §6.5). */
-  load(entries) {
-    if (!Array.isArray(entries)) malformed("CONFIG's shard is not an array");
+  /** Sets every slot a SHARD-layout value names (CONFIG's or RESIZE's `shard`, §6.5, §8.5). */
+  load(entries, what) {
+    if (!Array.isArray(entries)) malformed(`${what}'s shard is not an array`);
     for (const entry of entries) {
       if (!Array.isArray(entry) || entry.length !== 2 || !isInt(entry[0]) || !Array.isArray(entry[1])) {
-        malformed("CONFIG's shard has an entry that is not [page, layers]");
+        malformed(`${what}'s shard has an entry that is not [page, layers]`);
       }
       const [page, layers] = entry;
-      if (page < 0 || page >= this.numPages) malformed(`CONFIG's shard names page ${page}, outside the pages`);
+      if (page < 0 || page >= this.numPages) malformed(`${what}'s shard names page ${page}, outside the pages`);
       for (const layer of layers) {
         if (!Array.isArray(layer) || layer.length !== 3 || typeof layer[0] !== 'string' || !isInt(layer[1])
             || !isBin(layer[2])) {
-          malformed("CONFIG's shard has a layer that is not [request_id, base, mask]");
+          malformed(`${what}'s shard has a layer that is not [request_id, base, mask]`);
         }
         const [requestId, base, mask] = layer;
-        if (mask.length > MAX_SMALL_BIN) malformed("a mask in CONFIG's shard is over 65536 bytes");
+        if (mask.length > MAX_SMALL_BIN) malformed(`a mask in ${what}'s shard is over 65536 bytes`);
         for (let byte = 0; byte < mask.length; byte++) {
           for (let bit = 0; bit < 8; bit++) {
             if (!(mask[byte] & (1 << bit))) continue;
             const offset = 8 * byte + bit;
-            if (offset >= this.pageSize) malformed(`a mask in CONFIG's shard sets slot ${offset}, past the page`);
+            if (offset >= this.pageSize) malformed(`a mask in ${what}'s shard sets slot ${offset}, past the page`);
             this.set(page, offset, requestId, base + offset);
           }
         }
@@ -464,14 +464,32 @@ function parseConfig(body) {
     if (!Array.isArray(entries) || !entries.every(isInt)) malformed('an accept script is not an array of integers');
     byRequest.set(key.slice(KEY_MARK.length), entries);
   }
-  if (!Array.isArray(faults) || !faults.every((f) => typeof f === 'string')) malformed("CONFIG's faults are not strings");
+  const parsedFaults = parseFaults(faults, 'CONFIG');
   if (!Array.isArray(cost) || cost.length !== 2 || !cost.every(isInt) || cost[0] < 0 || cost[0] > MAX_STEP_NS
       || cost[1] < 0 || cost[1] > MAX_TOKEN_NS) {
     malformed("CONFIG's exec_cost is not [per_step_ns, per_token_ns] in range");
   }
   const pages = new Shard(numPages, pageSize);
-  pages.load(shard);
-  return { scripts: byRequest, shard: pages, faults: faults.map(parseFault), perStepNs: cost[0], perTokenNs: cost[1] };
+  pages.load(shard, 'CONFIG');
+  return { scripts: byRequest, shard: pages, faults: parsedFaults, perStepNs: cost[0], perTokenNs: cost[1] };
+}
+
+/** CONFIG's or RESIZE's `faults` (§5.3, §5.10): strings, each a fault this worker can act out. */
+function parseFaults(faults, what) {
+  if (!Array.isArray(faults) || !faults.every((f) => typeof f === 'string')) malformed(`${what}'s faults are not strings`);
+  return faults.map(parseFault);
+}
+
+/**
+ * RESIZE (§5.10): `[shard, faults]`, read against the geometry CONFIG gave (a RESIZE carries none).
+ * The new shard starts empty and takes every slot `shard` names, as CONFIG's does (§8.5 step 2).
+ */
+function parseResize(body, numPages, pageSize) {
+  if (!Array.isArray(body) || body.length !== 2) malformed('RESIZE is not an array of 2');
+  const [shard, faults] = body;
+  const pages = new Shard(numPages, pageSize);
+  pages.load(shard, 'RESIZE');
+  return { shard: pages, faults: parseFaults(faults, 'RESIZE') };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -561,6 +579,9 @@ class Worker {
     this.args = args;
     this.secret = secret;
     this.spawned = secret !== null;
+    // The rank and world size every header carries: those of the command line until a RESIZE (§4, §8.5).
+    this.rank = args.rank;
+    this.worldSize = args.worldSize;
     this.config = null;
     this.answered = [];
     this.lastResult = null;
@@ -585,7 +606,7 @@ class Worker {
   }
 
   header(type, epoch, step) {
-    return encoder.encode([VERSION, type, epoch, step, this.args.rank, this.args.worldSize]);
+    return encoder.encode([VERSION, type, epoch, step, this.rank, this.worldSize]);
   }
 
   async send(frames) {
@@ -651,6 +672,7 @@ class Worker {
       if (msg === null && !this.spawned && Date.now() < deadline) await this.send([helloHeader, hello]);
     }
     if (msg.header.type === TYPE.REFUSED) this.refused(msg);
+    // The first message is CONFIG or REFUSED; anything else, a RESIZE included, is unexpected (§6.1).
     if (msg.header.type !== TYPE.CONFIG) malformed(`${TYPE_NAME[msg.header.type]} before CONFIG`);
     if (msg.header.rank !== this.args.rank || msg.header.worldSize !== this.args.worldSize) {
       malformed(`a CONFIG for rank ${msg.header.rank} of ${msg.header.worldSize}, not rank ${this.args.rank} `
@@ -687,9 +709,15 @@ class Worker {
       this.emptyBody(msg);
       leave(EXIT.OK, null);
     }
-    if (type !== TYPE.PLAN && type !== TYPE.AUDIT) malformed(`unexpected ${TYPE_NAME[type]} after READY`);
+    if (type !== TYPE.PLAN && type !== TYPE.AUDIT && type !== TYPE.RESIZE) {
+      malformed(`unexpected ${TYPE_NAME[type]} after READY`);
+    }
     if (this.hanging) {
       // A hang answers nothing; it still reads, so that STOP and REFUSED end it.
+      return;
+    }
+    if (type === TYPE.RESIZE) {
+      await this.resize(msg);
       return;
     }
     if (type === TYPE.AUDIT) {
@@ -699,6 +727,28 @@ class Worker {
       return;
     }
     await this.step(msg);
+  }
+
+  /**
+   * RESIZE (§8.5): the header's rank, world size and epoch become this member's own, the shard and
+   * the faults are replaced whole, the accept scripts and exec_cost stay; then READY under the new rank.
+   * Any number may come.
+   */
+  async resize(msg) {
+    const { epoch, rank, worldSize } = msg.header;
+    // The new rank must be one a header can name (§4, §10: a world of 1 to 4096).
+    if (worldSize < 1 || worldSize > MAX_WORLD || rank < 0 || rank >= worldSize) {
+      malformed(`a RESIZE to rank ${rank} of a world of ${worldSize}`);
+    }
+    const cfg = this.config;
+    const { shard, faults } = parseResize(decodeFrame(msg.body, MAX_FRAME, 'RESIZE'), cfg.shard.numPages,
+      cfg.shard.pageSize);
+    this.rank = rank;
+    this.worldSize = worldSize;
+    who = `worker-js rank ${rank}`;
+    cfg.shard = shard;
+    cfg.faults = faults;
+    await this.send([this.header(TYPE.READY, epoch, 0), encoder.encode([])]);
   }
 
   /** A PLAN: checked whole, then faults, verdicts, the model's time, the RESULT, the writes (§7.1). */

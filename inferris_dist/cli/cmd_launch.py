@@ -19,6 +19,7 @@ from inferris_dist.cli.flags import (
     workload_of,
 )
 
+PAUSE_TIMEOUT = 300.0   # --on-rank-loss pause: seconds a paused run waits for an operator
 LAUNCH_LINGER = 0.0     # --serve's server stops as the run ends (once its open pages were told)
 
 
@@ -68,6 +69,11 @@ def add_serve_flags(la) -> None:
     g.add_argument("--serve-linger", type=linger_arg, default=LAUNCH_LINGER, metavar="SECONDS",
                    help=f"keep serving this long after the run ends (default {LAUNCH_LINGER:g}: stop once "
                         f"the open pages were told the end)")
+    g.add_argument("--pause-timeout", type=seconds_arg, default=PAUSE_TIMEOUT, metavar="SECONDS",
+                   help=f"--on-rank-loss pause: how long a paused run waits for an instruction before it "
+                        f"applies --pause-default (default {PAUSE_TIMEOUT:g})")
+    g.add_argument("--pause-default", choices=("abort", "retry", "scale-down"), default="abort",
+                   help="--on-rank-loss pause: what the pause timeout does (default abort)")
 
 
 def main(args) -> int:

@@ -77,6 +77,8 @@ def add_arguments(srv) -> None:
     srv.add_argument("--title", help="the page's title (default: the run's name)")
     srv.add_argument("--fd", type=int, help=argparse.SUPPRESS)        # launch --serve: its bound socket
     srv.add_argument("--parent", type=int, help=argparse.SUPPRESS)    # launch --serve: die with it
+    srv.add_argument("--control-fd", type=int, help=argparse.SUPPRESS)   # launch --serve: the desk
+    srv.add_argument("--token-file", help=argparse.SUPPRESS)             # launch --serve: its token
 
 
 def main(args) -> int:
@@ -113,8 +115,12 @@ def run_serve(args) -> int:
     title = args.title or None
     state = LiveState(title)
     path = args.wirelog
+    control = None
+    if args.control_fd is not None:
+        from inferris_dist.live.control import DeskLine
+        control = DeskLine(socket.socket(fileno=args.control_fd), args.token_file)
     server = LiveServer(sock, state, lambda: build_page(read_log(path), title),
-                        loopback=is_loopback(sock.getsockname()[0]))
+                        loopback=is_loopback(sock.getsockname()[0]), control=control)
     linger = args.serve_linger
     stop = threading.Event()
     server.start()
@@ -204,13 +210,20 @@ class LaunchServer:
     """`launch --serve`: the socket bound at once (bad input before any worker starts), the
     server started on the run's wire log once it is open, stopped when the run is over."""
 
-    def __init__(self, value: str | None, linger: float):
+    def __init__(self, value: str | None, linger: float, args=None):
         self.value = value
         self.linger = linger
         self.sock = listening_socket(value) if value is not None else None
         self.proc: subprocess.Popen | None = None
         self.run_dir = None
         self.log_ok = False          # the run's wire log was written whole (its end record too)
+        self.desk = None             # --on-rank-loss pause: the operator's desk, served here
+        self.control: socket.socket | None = None     # our end of the server's line to the desk
+        self.token_file = None
+        self._stop_desk = threading.Event()
+        if self.sock is not None and getattr(args, "on_rank_loss", None) == "pause":
+            from inferris_dist.scheduler.operator import Desk
+            self.desk = Desk(args.pause_timeout, args.pause_default)
 
     @property
     def wanted(self) -> bool:
@@ -224,12 +237,47 @@ class LaunchServer:
 
     def start(self, wire_log: str, title: str) -> None:
         fd = self.sock.fileno()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "inferris_dist.cli", "serve", wire_log, "--fd", str(fd),
-             "--parent", str(os.getpid()), "--serve-linger", repr(float(self.linger)), "--title", title],
-            pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+        argv = [sys.executable, "-m", "inferris_dist.cli", "serve", wire_log, "--fd", str(fd),
+                "--parent", str(os.getpid()), "--serve-linger", repr(float(self.linger)), "--title", title]
+        fds = [fd]
+        theirs = None
+        if self.desk is not None:
+            from inferris_dist.scheduler.operator import serve_socket
+            token = self._token()
+            self.control, theirs = socket.socketpair()
+            argv += ["--control-fd", str(theirs.fileno()), "--token-file", str(self.token_file)]
+            fds.append(theirs.fileno())
+            serve_socket(self.desk, self.control, self._stop_desk)
+        try:
+            self.proc = subprocess.Popen(argv, pass_fds=fds, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            if theirs is not None:
+                theirs.close()       # the server holds it now
         announce(self.sock, "the run", self.linger)
+        if self.desk is not None:
+            from inferris_dist.live.server import url_of
+            url = url_of(self.sock).rstrip("/")
+            sys.stderr.write(f"inferris-dist: the operator's API: {url}/fault-tolerance/status and "
+                             f"POST {url}/fault-tolerance/apply, with the header "
+                             f"'Authorization: Bearer {token}' (the token is also in {self.token_file}, "
+                             f"mode 0600); inferris-dist ft {url} status --token-file {self.token_file}\n")
+            sys.stderr.flush()
         self.sock.close()           # the server holds it now
+
+    def _token(self) -> str:
+        """The operator's bearer token: made now, written 0600 into the run directory (never
+        into the wire log, the page or /status), said once on stderr."""
+        import secrets
+        from inferris_dist.launcher import make_run_dir
+        if self.run_dir is None:
+            self.run_dir = make_run_dir()
+        token = secrets.token_urlsafe(32)
+        self.token_file = self.run_dir / "operator-token"
+        fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        return token
 
     def finish(self, log_ok: bool) -> None:
         """After the run (its log closed): the server says the end to its pages, lingers as
@@ -247,6 +295,10 @@ class LaunchServer:
 
     def close(self) -> None:
         """Whatever happened: the server stopped (SIGTERM, then SIGKILL), the private log gone."""
+        self._stop_desk.set()
+        if self.control is not None:
+            self.control.close()
+            self.control = None
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
             proc.terminate()

@@ -112,8 +112,17 @@ def add_fault_flags(p) -> None:
     policy = launch_default("on_rank_loss")
     p.add_argument("--on-rank-loss", choices=POLICIES, default=policy,
                    help=f"when a step fails on the ranks: stop (abort), restart the rank from the "
-                        f"pool's pages (restore), or restart it empty and recompute (default {policy})")
+                        f"pool's pages (restore), restart it empty and recompute, go on without "
+                        f"it (shrink), or wait for an operator's instruction (pause, with --serve) "
+                        f"(default {policy})")
     add_max_restarts(p)
+    floor = launch_default("min_world_size")
+    p.add_argument("--min-world-size", type=int_arg, default=floor, metavar="N",
+                   help=f"shrink: the fewest ranks the run goes on with; below it the run fails "
+                        f"(default {floor})")
+    p.add_argument("--regrow", action="store_true",
+                   help="shrink: start replacements in the background and admit them, between two "
+                        "steps, when they are ready: back to the requested world size")
 
 
 def linger_arg(text: str) -> float:

@@ -27,7 +27,8 @@ def options_from_args(args, timeline: Timeline | None, log_stream, on_waiting,
                          max_restarts=args.max_restarts, wire_log=log_stream, timeline=timeline,
                          listen=args.listen, keys=args.keys, join_timeout=args.join_timeout,
                          rejoin_timeout=args.rejoin_timeout, on_waiting=on_waiting, rung=args.rung,
-                         exec_cost=args.exec_cost, worker=args.worker, **(made or {}))
+                         exec_cost=args.exec_cost, worker=args.worker,
+                         min_world_size=args.min_world_size, regrow=args.regrow, **(made or {}))
 
 
 def run_launch(workload, name: str, args, made: dict | None = None, started: float | None = None) -> int:
@@ -39,7 +40,7 @@ def run_launch(workload, name: str, args, made: dict | None = None, started: flo
     from inferris_dist.cli.cmd_launch import LAUNCH_LINGER
     from inferris_dist.cli.cmd_serve import LaunchServer
     linger = getattr(args, "serve_linger", LAUNCH_LINGER)
-    server = LaunchServer(getattr(args, "serve", None), linger)     # binds now
+    server = LaunchServer(getattr(args, "serve", None), linger, args)     # binds now
     try:
         status = _run_launch(workload, name, args, server, made, started)
         server.finish(server.log_ok)
@@ -74,7 +75,8 @@ def _run_launch(workload, name: str, args, server, made, started) -> int:
             opened.callback(metrics_file.close)
         timeline = Timeline() if timeline_stream is not None else None
         options = options_from_args(args, timeline, log_stream,
-                                    lambda *waiting: announce(args, workload, *waiting), name, made)
+                                    lambda *waiting: announce(args, workload, *waiting), name,
+                                    {**(made or {}), "operator": server.desk})
         options.check()
         if server.wanted:
             server.start(html.wire_log, name)
@@ -426,7 +428,7 @@ def write_boundary(out, style, world_size: int, attempts, recoveries, step: int 
     at another step than the line's (overlap: the plan sent ahead) names its step."""
     recoveries = list(recoveries)
     for record in attempts:
-        out.write(render.boundary_line(record, world_size, style,
+        out.write(render.boundary_line(record, record.world_size or world_size, style,
                                        shown_step=record.step if step is not None and record.step != step
                                        else None) + "\n")
         for line in render.note_lines(record, style):
@@ -457,7 +459,8 @@ def run_compare(workload, name: str, args, made: dict | None = None) -> int:
     options = LaunchOptions(step_timeout=args.step_timeout, faults=args.fault,
                             audit_every=args.audit_every, on_rank_loss=args.on_rank_loss,
                             max_restarts=args.max_restarts, rung=args.rung, exec_cost=args.exec_cost,
-                            worker=args.worker, **(made or {}))
+                            worker=args.worker, min_world_size=args.min_world_size, regrow=args.regrow,
+                            **(made or {}))
     options.check()
     remote = distributed_lines(workload, options)     # first: its workers were forked ahead
     local = trace_dicts(Engine(workload, rung=args.rung))

@@ -40,7 +40,7 @@ COMMANDS = {
              "and /status until Ctrl-C",
     "ladder": "run a workload at every rung of the mechanism ladder; one table of what each mechanism "
               "buys",
-    "mechs": "the mechanisms (twelve, and one beyond the original), where they live; `mechs NAME` "
+    "mechs": "the mechanisms (twelve, and two beyond the original), where they live; `mechs NAME` "
              "prints one's note",
     "launch": "run a workload with its ranks on real worker processes",
     "compare": "run in process and on worker processes; check the policy's promise (the same trace; "
@@ -51,6 +51,8 @@ COMMANDS = {
               "--help` for its flags)",
     "conform": "try a rank worker, ours or any command's, against the wire's promises (docs/protocol.md)",
     "keys": "write CURVE keys for a run across hosts: the scheduler's and one per rank",
+    "ft": "the operator of a paused run (launch --on-rank-loss pause --serve): its status, or an "
+          "instruction (retry, scale-down, scale-up, abort)",
 }
 SPAWN_WORKERS = ("launch", "compare")   # make their worker template as they start (launcher.early)
 UNPARSED = ("worker",)                  # handed the rest of the command line as it is (cmd_worker)

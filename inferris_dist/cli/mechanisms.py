@@ -1,5 +1,6 @@
-"""The twelve mechanisms of the original design, in its order: the question each answers,
-the rung of the ladder that adds it, where it lives, its tests, and its note.
+"""The twelve mechanisms of the original design, in its order, and two beyond it: the
+question each answers, the rung of the ladder that adds it, where it lives, its tests, and
+its note.
 
 `inferris-dist mechs` lists them; `inferris-dist mechs NAME` prints a note
 (docs/mechanisms/NN-slug.md): the problem, the numbered invariants (each
@@ -64,6 +65,9 @@ MECHANISMS = [
     Mechanism("13", "overlap-scheduling", "overlap scheduling",
               "What may step k+1 assume of step k while k executes?",
               "overlap", "engine/overlap.py", "tests/test_note_13_overlap_scheduling.py", beyond=True),
+    Mechanism("14", "elastic-world", "elastic world",
+              "Go on without a lost rank, grow back, or wait to be told?",
+              "full", "inferris_dist/scheduler/recovery.py", "tests/test_elastic.py", beyond=True),
 ]
 
 

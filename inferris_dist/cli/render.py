@@ -188,10 +188,34 @@ def rank_table(totals: dict, pids: dict[int, list[int]], style: Style,
     return "\n".join([style.dim(fmt(cols))] + [fmt(row) for row in rows])
 
 
+def resize_text(r) -> str:
+    """The world changed size (mechanism 14), in words: who was kept, lost or added."""
+    z = r.resize
+    moved = [f"{old}->{new}" for new, old in enumerate(z.kept) if old != new]
+    words = f"world size {z.old} -> {z.new} in epoch {z.epoch}"
+    if z.lost:
+        words += f", without rank{'s' * (len(z.lost) > 1)} {', '.join(map(str, z.lost))}"
+    if moved:
+        words += f"; renumbered {' '.join(moved)}"
+    if z.added:
+        words += "; joined: " + ", ".join(f"rank {rank} as pid {pid}" for rank, pid in zip(r.restarted, r.pids))
+    words += f"; every rank holds the pool ({z.shard_pages} pages)"
+    if z.hidden is not None:
+        words += (f"; {z.hidden:.2f} s of start-up ran while the steps went on, "
+                  f"the steps waited {1000 * r.waited:.1f} ms")
+    return words
+
+
 def recovery_lines(r, style: Style) -> str:
-    """A failure survived: what failed, then what the policy did."""
+    """A failure survived: what failed, then what the policy did (a world grown back, between
+    two steps, has no failure: one line)."""
     pad = f"{'':>{STEP_WIDTH}}  "
+    if r.resize is not None and r.kind == "grow":
+        return f"{pad}{style.yellow(f'{r.policy}: {resize_text(r)}')}"
     failed = style.red(f"! {r.kind} at step {r.step}, epoch {r.epoch}: {shown(r.message)}")
+    if r.resize is not None:
+        then = "audited again" if r.in_audit else "the same plan again"
+        return f"{pad}{failed}\n{pad}{style.yellow(f'shrink: {resize_text(r)}; {then}')}"
     ranks = ", ".join(f"rank {rank} as pid {pid}" + (f" at {r.hosts[i]}" if r.hosts else "")
                       for i, (rank, pid) in enumerate(zip(r.restarted, r.pids)))
     how = "replaced by a worker that joined:" if r.hosts else "restarted"

@@ -39,7 +39,7 @@ SECTIONS = {
     "frame": "§10", "handshake": "§6.1", "refused": "§6.4", "config": "§6.5", "plan": "§7.1",
     "golden": "§7.1", "rung": "§7.2", "overlap": "§7.5", "duplicate": "§8.2", "epoch": "§8.1",
     "stale": "§8.2", "replaced": "§8.4", "audit": "§9.1", "stop": "§9.2", "recovery": "§8.3",
-    "link": "§8.2", "faults": "§11",
+    "link": "§8.2", "faults": "§11", "resize": "§8.5",
 }
 EXIT_DEADLINE = 2.0        # seconds a worker has to exit once told to (STOP, REFUSED)
 UNDECODED = "a message that does not decode"
@@ -422,6 +422,66 @@ def c_plan_stale(kit: Kit, where: Path) -> Outcome:
         return Outcome(FAIL, f"a plan of epoch 1, after epoch 2, answered with {said}")
 
 
+FOREIGN_SHARD = [(0, [("resized", 7, 0b101)])]   # a shard no plan of the script ever wrote
+
+
+def c_resize(kit: Kit, where: Path) -> Outcome:
+    """Rank 1 of 2 told it is rank 0 of 1 in epoch 2 (§8.5): it says READY as that, holds the
+    shard it was given and nothing else, and answers the next plan under its new rank."""
+    with scripted(kit, where) as s:
+        se = admitted(kit, s)
+        step_through(se, 2)
+        body = wire.encode_body(MsgType.RESIZE, wire.Resize(FOREIGN_SHARD, []))
+        s.send(se.ident, MsgType.RESIZE, body, epoch=2, step=se.rec.plans[2].step, rank=0, world_size=1)
+        got = s.expect(MsgType.READY, 5.0, "after a RESIZE to rank 0 of 1 in epoch 2")
+        h = got.header
+        if (h.epoch, h.rank, h.world_size) != (2, 0, 1):
+            return Outcome(FAIL, f"its READY after the RESIZE is headed epoch {h.epoch}, rank {h.rank} "
+                                 f"of {h.world_size}, not epoch 2, rank 0 of 1")
+        s.send(se.ident, MsgType.AUDIT, wire.encode_body(MsgType.AUDIT, ()), epoch=2, step=2, rank=0,
+               world_size=1)
+        shard = s.expect(MsgType.SHARD, 5.0, "for an AUDIT after the RESIZE")
+        try:
+            held = wire.decode_body(MsgType.SHARD, shard.frames[1])
+        except (wire.WireError, IndexError) as e:
+            return Outcome(FAIL, f"its SHARD after the RESIZE does not decode: {e}")
+        slots = {(p, rid, base, mask) for p, layers in held for rid, base, mask in layers if mask}
+        if slots != {(p, rid, base, mask) for p, layers in FOREIGN_SHARD for rid, base, mask in layers}:
+            return Outcome(FAIL, f"after a RESIZE its shard is not the one it was given: {_short(held)}")
+        plan, _ = wire.encode_plan(se.rec.plans[2])
+        s.send(se.ident, MsgType.PLAN, plan, epoch=2, step=se.rec.plans[2].step, rank=0, world_size=1)
+        got = s.expect(MsgType.RESULT, 5.0, "for a plan after the RESIZE")
+        h = got.header
+        if (h.epoch, h.rank, h.world_size) != (2, 0, 1):
+            return Outcome(FAIL, f"its RESULT after the RESIZE is headed epoch {h.epoch}, rank {h.rank} "
+                                 f"of {h.world_size}, not epoch 2, rank 0 of 1")
+        return Outcome(PASS, "renumbered to rank 0 of 1: READY, the shard it was given, the next "
+                             "plan answered as rank 0")
+
+
+def c_resize_before_config(kit: Kit, where: Path) -> Outcome:
+    """A RESIZE where CONFIG is due (§6.1): the worker exits with status 3."""
+    with scripted(kit, where) as s:
+        proc = s.start(SCRIPT_RANK)
+        msg, _ = s.hello(proc, kit.start_timeout)
+        s.send(msg.ident, MsgType.RESIZE, wire.encode_body(MsgType.RESIZE, wire.Resize([], [])),
+               rank=SCRIPT_RANK)
+        if not exits_within(proc, EXIT_DEADLINE):
+            return Outcome(FAIL, f"still running {EXIT_DEADLINE:g} s after a RESIZE before CONFIG")
+        if proc.proc.returncode != 3:
+            return Outcome(NON_STRICT, f"{proc.exit_description()} after a RESIZE before CONFIG, not "
+                                       f"with status 3")
+        return Outcome(PASS, "exited with status 3")
+
+
+def shrink_case(kit: Kit, where: Path) -> Outcome:
+    """A real run of 3 under shrink, rank 1 killed at step 1: ranks 0 and 2 go on as 0 and 1,
+    the trace unchanged."""
+    out, _ = judged(kit, where, kit.golden / "prefix_reuse.spec.json", 3, (), "shrink",
+                    check=kill_at(1, 1, signal.SIGKILL))
+    return out
+
+
 def c_frame_malformed(kit: Kit, where: Path) -> Outcome:
     return _garbage(kit, where, "a PLAN whose body is not a plan",
                     lambda se: se.s.send(se.ident, MsgType.PLAN, b"\x93\x01\x02", step=se.rec.plans[1].step,
@@ -561,11 +621,14 @@ def all_cases(golden: Path | None) -> list[Case]:
         Case("frame.oversized", S["frame"], c_frame_oversized, scripted=True),
         Case("stop.exit", S["stop"], c_stop, scripted=True),
         Case("replaced.exit", S["replaced"], c_replaced, scripted=True),
+        Case("resize.renumbered", S["resize"], c_resize, scripted=True),
+        Case("resize.before-config", S["resize"], c_resize_before_config, scripted=True, tier="full"),
         Case("audit.shard", S["audit"], c_audit),
         Case("recovery.sigkill.restore", S["recovery"], recovery_case(signal.SIGKILL, "restore")),
         Case("recovery.sigkill.recompute", S["recovery"], recovery_case(signal.SIGKILL, "recompute"),
              tier="full"),
         Case("recovery.sigstop.restore", S["recovery"], recovery_case(signal.SIGSTOP, "restore")),
+        Case("resize.shrink", S["resize"], shrink_case),
     ]
     cases += [rung_case(r) for r in RUNGS if r != "full"]
     cases += [Case(f"link.{k}", S["link"], fault_case(k), "default" if k in SAMPLE_LINK else "full")

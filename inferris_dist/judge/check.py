@@ -93,6 +93,7 @@ from inferris_dist.words import shown
 
 __all__ = ["MAX_VIOLATIONS", "NotTheRunsWorkload", "Report", "Violation", "check_log"]
 
+MAX_INSTRUCTIONS_KEPT = 1024   # instruction ids remembered, to find one carried out twice
 MAX_VIOLATIONS = 1000       # violations kept whole; past these only counted
 MAX_IN_FLIGHT = 64          # attempts with a plan out and no verdict (a writer's are a few)
 # A message's "link" mark (schema.LINK) saying the record is not of a delivery: "lost" never
@@ -276,6 +277,10 @@ class _Checker:
         self.why_not = ""
         # who was lost and what a restart did about it
         self.lost: dict[int, int] = {}           # rank -> line of its loss not yet met by a replacement
+        self.resize_due: dict[int, int] = {}     # kept ranks owed a RESIZE in this epoch -> its pages
+        self.paused: int | None = None           # the line of a pause no instruction has ended
+        self.instructed: str | None = None       # the instruction being carried out (pause)
+        self.instruction_ids: OrderedDict[str, int] = OrderedDict()   # ids carried out, by line
         self.failed_at: int | None = None        # the line of a failure in this epoch (a restart's cause)
         self.sent_in_epoch = False               # a PLAN or AUDIT went out in this epoch
         self.restarted_into = 0                  # the epoch the last restart moved to
@@ -442,6 +447,14 @@ class _Checker:
                 self._other_epoch(epoch, line, f"{_a(_kind_name(m))} sent", step, rank,
                                   " (epochs move only by a restart)")
                 return
+            if kind in ("PLAN", "AUDIT") and self.paused is not None:
+                self.bad(line, f"{_a(kind)} sent while the run was paused (line {self.paused}) before any "
+                               f"instruction", step, epoch, rank)
+            if kind in ("PLAN", "AUDIT") and rank in self.resize_due:
+                self.bad(line, f"{_a(kind)} sent to rank {rank} before its RESIZE (a kept member learns "
+                               f"its place in the new world first)", step, epoch, rank)
+            if kind == "RESIZE":
+                self.resized(m, line)
             if kind in ("PLAN", "AUDIT") and self.members.get(rank) is None:
                 self.bad(line, f"{_a(kind)} sent to rank {rank}, which no member holds (no member event "
                                f"admitted one since {self._since(rank)})", step, epoch, rank)
@@ -652,11 +665,75 @@ class _Checker:
                 self.members[rank] = None
             else:
                 self.bad(line, f"a restart of rank {rank}, outside the run's ranks", ev["step"], new)
-        self.epoch = new
         if ev.get("policy", self.run_event.get("policy")) == "recompute":
             for r in self.requests.values():     # every page dropped: frontiers reset, not always traced
                 if r.state != "FINISHED":
                     r.computed = None
+        self._enter_epoch(new)
+
+    def ev_resize(self, ev: dict, line: int) -> None:
+        """The world changed size (mechanism 14): under shrink or pause only; a shrink (or an
+        operator's scale-down) follows a failure in the epoch it leaves and drops every rank lost
+        there, a growth (regrow, scale-up) adds ranks up to the size the run asked for. The
+        placement at the new size: the kept members, renumbered in order of their old ranks,
+        then the new ones after them; each kept member is told so by one RESIZE before anything
+        else in the new epoch."""
+        new, step, why = ev["epoch"], ev["step"], ev["why"]
+        old_n, to, kept, lost, added = ev["from"], ev["to"], ev["kept"], ev["lost"], ev["added"]
+
+        def say(what: str, rank=None) -> None:
+            self.bad(line, what, step, new, rank)
+        if new <= self.epoch:
+            say(f"a resize into epoch {new} from epoch {self.epoch}: epochs only move forward")
+            return
+        policy = self.run_event.get("policy")
+        if policy not in ("shrink", "pause"):
+            say(f"the world changed size in a run whose policy is {shown(str(policy))[:32]} (only shrink and "
+                f"pause change it)")
+        if old_n != self.n:
+            say(f"a resize from world size {old_n} in a world of {self.n}")
+        if kept != sorted(set(kept)) or any(not 0 <= r < self.n for r in kept):
+            say(f"a resize keeping ranks {_json(kept)}: not the old ranks in order (the placement renumbers "
+                f"the kept members in order of their old ranks)")
+            kept = sorted({r for r in kept if 0 <= r < self.n})
+        if sorted(lost) != [r for r in range(self.n) if r not in kept]:
+            say(f"a resize losing ranks {_json(lost)}: not every old rank it does not keep")
+        if added != list(range(len(kept), to)) or to < 1:
+            say(f"a resize to world size {to} keeping {len(kept)} adds ranks {_json(added)}, not "
+                f"{_json(list(range(len(kept), to)))}")
+        requested = self.run_event["world_size"]
+        if why in ("scale-down", "scale-up") and (policy != "pause" or self.instructed != why):
+            say(f"a {why} that no {why} instruction asked for")
+        if why in ("shrink", "regrow") and policy != "shrink":
+            say(f"a {why} in a run whose policy is not shrink")
+        if why in ("shrink", "scale-down"):
+            if added or to >= self.n:
+                say(f"a {why} from {self.n} to {to} ranks that does not shrink the world")
+            if self.failed_at is None and not self._phase_9_failed():
+                say(f"a {why} into epoch {new} after no failure in epoch {self.epoch}")
+            for rank, at in sorted(self.lost.items()):
+                if rank not in lost:
+                    say(f"the shrink into epoch {new} keeps rank {rank}, lost at line {at}", rank)
+            self.recoveries += 1
+            most = self.run_event.get("max_restarts")
+            if type(most) is int and self.recoveries > most:
+                say(f"recovery {self.recoveries} of a run allowed max_restarts {most}")
+        elif lost or to > requested or not added:
+            say(f"a {why} from {self.n} to {to} ranks (it may only add ranks, up to the {requested} asked for)")
+        members = {r: None for r in range(to)}
+        for i, r in enumerate(kept):
+            members[i] = self.members.get(r)
+        for r in lost:
+            if self.members.get(r) is not None:
+                self.retired[r] = (self.members[r], new)
+        self.members, self.n = members, to
+        self.resize_due = {i: ev["shard_pages"] for i in range(len(kept))}
+        self.fatal.clear()                       # the ranks are other members' now
+        self._enter_epoch(new)
+
+    def _enter_epoch(self, new: int) -> None:
+        """A restart or a resize moved the run to epoch `new`: what was in flight is closed."""
+        self.epoch = new
         for key in [k for k in self.attempts if k[1] < new]:
             self.closed.append(key)
             del self.attempts[key]
@@ -664,6 +741,43 @@ class _Checker:
             del self.audits[key]
         self.lost.clear()
         self.failed_at, self.sent_in_epoch, self.restarted_into, self.root = None, False, new, None
+
+    def ev_pause(self, ev: dict, line: int) -> None:
+        """A run under pause stopped on a loss: nothing more is sent until an instruction."""
+        if self.run_event.get("policy") != "pause":
+            self.bad(line, f"a pause in a run whose policy is {shown(str(self.run_event.get('policy')))[:32]}",
+                     ev["step"], ev["epoch"])
+        self._same_epoch(ev, line, "a pause")
+        self.paused, self.instructed = line, None
+
+    def ev_instruction(self, ev: dict, line: int) -> None:
+        """An operator's instruction: carried out (202) only while paused, each id once."""
+        if ev["code"] not in (200, 202):
+            return                                # refused: the run stays paused
+        if self.paused is None:
+            self.bad(line, f"instruction {shown(ev['id'])[:40]} ({ev['instruction']}) carried out while nothing "
+                           f"was paused", epoch=ev["epoch"])
+        if ev["id"] in self.instruction_ids:
+            self.bad(line, f"instruction {shown(ev['id'])[:40]} carried out twice (an id acts once)",
+                     epoch=ev["epoch"])
+        self.instruction_ids[ev["id"]] = line
+        while len(self.instruction_ids) > MAX_INSTRUCTIONS_KEPT:
+            self.instruction_ids.popitem(last=False)
+        if ev["code"] == 202:
+            self.paused, self.instructed = None, ev["instruction"]
+
+    def resized(self, m: dict, line: int) -> None:
+        """A RESIZE sent: once to each kept member, with the pool's pages the resize names."""
+        rank = m["rank"]
+        if rank not in self.resize_due:
+            self.bad(line, f"a RESIZE to rank {rank}, which no resize in epoch {self.epoch} keeps (or told "
+                           f"already)", m["step"], m["epoch"], rank)
+            return
+        pages = self.resize_due.pop(rank)
+        body = m["body"]
+        if isinstance(body, dict) and isinstance(body.get("shard"), list) and len(body["shard"]) != pages:
+            self.bad(line, f"a RESIZE to rank {rank} with a shard of {len(body['shard'])} pages, not the "
+                           f"{pages} the resize names", m["step"], m["epoch"], rank)
 
     def _restart_allowed(self, ev: dict, line: int) -> None:
         """A restart is a recovery (docs/faults.md): of a failure recorded in the epoch it leaves,
@@ -678,6 +792,9 @@ class _Checker:
         policy, theirs = self.run_event.get("policy"), ev.get("policy")
         if policy == "abort":
             say("a restart in a run whose policy is abort (abort stops at the first failure)")
+        elif policy == "pause":
+            if theirs != "restore" or self.instructed not in ("retry", "scale-up"):
+                say(f"a restart under pause that no retry or scale-up instruction asked for")
         elif theirs is not None and theirs != policy:
             say(f"a restart under policy {shown(str(theirs))[:32]} in a run whose policy is "
                 f"{shown(str(policy))[:32]}")

@@ -5,7 +5,11 @@ words of a difference: the one place `compare`, `check`, chaos and the testing l
   fires, a failure of one of the kinds a fault makes (STEP_FAILURES), naming the faulted rank;
 - restore: the same trace, byte for byte, whatever was lost;
 - recompute: the same summary (every request's tokens and how it finished); the steps may
-  differ, since a recompute plans the step again from nothing.
+  differ, since a recompute plans the step again from nothing;
+- shrink: the same trace, at whatever world size the run goes on with; when a loss would
+  take the world below --min-world-size, abort's promise (the run fails, blaming a faulted rank);
+- pause: the promise of the instruction the operator gave: retry keeps restore's, scale-down
+  and scale-up shrink's, abort (or the pause timeout's abort) abort's.
 
 Lines are SPEC §4 objects: one per step, then `{"summary": [...]}`, or the error object
 where the run failed. `comparable` is how lines compare: an error line by its kind and step
@@ -27,6 +31,9 @@ STEP_FAILURES = ("RankLost", "GroupViolation", "BoundaryViolation", "ShardDiverg
 HELD = {"traces": "the trace is the reference's", "summaries": "the summary is the reference's",
         "prefix": "the steps before the failure are the reference's",
         None: "no reference compared"}        # a recorded run's promise found kept, by what was compared
+
+
+ENDS_LIKE_ABORT = ("abort", "shrink", "pause")   # a failure they may end in keeps abort's promise
 
 
 def compared(policy: str) -> str:
@@ -77,7 +84,7 @@ def kept(local: list[dict], remote: list[dict], policy: str, faults: Sequence[st
     if verdict["holds"] or list(verdict["failed"]) != ["on processes"]:
         return verdict
     repeating = any(parse_fault(f).repeat for f in faults or ())
-    if policy != "abort" and not repeating:
+    if policy not in ENDS_LIKE_ABORT and not repeating:
         return verdict
     why = failure_broken(local, remote, faults, steps_before=policy != "recompute")
     if why is not None:

@@ -51,6 +51,9 @@ FAMILIES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("inferris_attempts_failed_total", "counter", (), "attempts at a step that failed (a loss, a "
      "refused join), not counting plans sent ahead and voided"),
     ("inferris_epoch", "gauge", (), "the group's epoch (moves each time a member is replaced)"),
+    ("inferris_world_size_effective", "gauge", (), "ranks in the world now (the run's world size, then "
+     "each resize's)"),
+    ("inferris_world_size_requested", "gauge", (), "ranks the run asked for (--world-size)"),
     ("inferris_step_duration_seconds", "histogram", (), "seconds from a step's first phase to its "
      "commit (a recovery in between included)"),
     ("inferris_time_to_first_token_seconds", "histogram", (), "seconds from the start of the step "
@@ -129,6 +132,8 @@ class _Collector:
         yield _one("inferris_steps_committed_total", n.steps)
         yield _one("inferris_attempts_failed_total", n.attempts_failed)
         yield _one("inferris_epoch", n.epoch)
+        yield _one("inferris_world_size_effective", n.world_effective)
+        yield _one("inferris_world_size_requested", n.world_requested)
         for name, h in (("inferris_step_duration_seconds", n.step_seconds),
                         ("inferris_time_to_first_token_seconds", n.ttft_seconds),
                         ("inferris_time_to_first_token_steps", n.ttft_steps),

@@ -107,9 +107,10 @@ def url_of(sock: socket.socket) -> str:
 
 # -- responses -----------------------------------------------------------------------------------
 
-REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-           408: "Request Timeout", 414: "URI Too Long", 431: "Request Header Fields Too Large",
-           500: "Internal Server Error", 503: "Service Unavailable"}
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+           405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict", 411: "Length Required",
+           413: "Content Too Large", 414: "URI Too Long", 415: "Unsupported Media Type",
+           431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
 COMMON = ("Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\n"
           "Referrer-Policy: no-referrer\r\nConnection: close\r\n")
 
@@ -130,11 +131,17 @@ def _json(obj) -> bytes:
             + "\n").encode("ascii")
 
 
-class Request:
-    __slots__ = ("method", "path", "host")
+OPERATOR = "/fault-tolerance/"
 
-    def __init__(self, method: str, path: str, host: str | None):
+
+class Request:
+    __slots__ = ("method", "path", "host", "headers", "rest")
+
+    def __init__(self, method: str, path: str, host: str | None, headers: dict | None = None,
+                 rest: bytes = b""):
         self.method, self.path, self.host = method, path, host
+        self.headers = headers or {}      # the few we read: authorization, content-length, content-type
+        self.rest = rest                  # what came after the head (the start of a body)
 
 
 class BadRequest(Exception):
@@ -160,6 +167,8 @@ def read_request(conn: socket.socket, deadline: float) -> Request:
         data += chunk
         if len(data) > MAX_HEAD and b"\r\n\r\n" not in data[:MAX_HEAD + 4]:
             raise BadRequest(431, "the request's line and headers are too long")
+    cut = data.find(b"\r\n\r\n")
+    rest = data[cut + 4:] if cut >= 0 else data[data.find(b"\n\n") + 2:]
     head = data.split(b"\r\n\r\n", 1)[0].split(b"\n\n", 1)[0]
     lines = head.replace(b"\r\n", b"\n").split(b"\n")
     parts = lines[0].split(b" ")
@@ -170,14 +179,46 @@ def read_request(conn: socket.socket, deadline: float) -> Request:
     except UnicodeDecodeError:
         raise BadRequest(400, "not an HTTP/1 request line") from None
     host = None
+    headers = {}
     for line in lines[1:]:
         name, sep, value = line.partition(b":")
         if not sep:
             raise BadRequest(400, "a header line without a colon")
-        if name.strip().lower() == b"host":
+        name = name.strip().lower()
+        if name == b"host":
             host = value.strip().decode("latin-1")
+        elif name in KEPT_HEADERS:
+            headers[name.decode()] = value.strip().decode("latin-1")
     path = target.split("?", 1)[0]
-    return Request(method, path, host)
+    return Request(method, path, host, headers, rest)
+
+
+KEPT_HEADERS = (b"authorization", b"content-length", b"content-type")
+MAX_BODY = 4096               # bytes of an operator's request body
+
+
+def read_body(conn: socket.socket, req: Request, deadline: float) -> bytes:
+    """A request's body, by its Content-Length, within MAX_BODY bytes and the deadline."""
+    length = req.headers.get("content-length", "")
+    if not length.isdigit() or len(length) > 8:
+        raise BadRequest(411, "a body needs a Content-Length")
+    n = int(length)
+    if n > MAX_BODY:
+        raise BadRequest(413, f"a body of at most {MAX_BODY} bytes")
+    data = req.rest[:n]
+    while len(data) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BadRequest(408, "the request took too long to come")
+        conn.settimeout(left)
+        try:
+            chunk = conn.recv(n - len(data))
+        except socket.timeout:
+            raise BadRequest(408, "the request took too long to come") from None
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return data
 
 
 def _host_allowed(host: str | None) -> bool:
@@ -205,8 +246,9 @@ class LiveServer:
     whole page as --html writes it (read from the log again); `title` names the live page."""
 
     def __init__(self, sock: socket.socket, state: LiveState, page_file: Callable[[], str],
-                 loopback: bool = True):
+                 loopback: bool = True, control=None):
         self.sock = sock
+        self.control = control          # a paused run's desk (live/control.py), or None
         self.state = state
         self.page_file = page_file
         self.loopback = loopback
@@ -299,6 +341,9 @@ class LiveServer:
             _send(conn, response(e.status, (str(e) + "\n").encode()))
             return
         head = req.method == "HEAD"
+        path = req.path
+        if path.startswith(OPERATOR):
+            return self._operator(conn, req)
         if req.method not in ("GET", "HEAD"):
             _send(conn, response(405, b"GET or HEAD only\n", extra="Allow: GET, HEAD\r\n"))
             return
@@ -306,8 +351,10 @@ class LiveServer:
             _send(conn, response(403, b"this server answers to its address or localhost only\n",
                                  head_only=head))
             return
-        path = req.path
-        if path in ("/", "/index.html"):
+        if path == "/ready":
+            ready, body = self._ready()
+            _send(conn, response(200 if ready else 503, _json(body), "application/json", head_only=head))
+        elif path in ("/", "/index.html"):
             _send(conn, response(200, self._built_for("/"), "text/html; charset=utf-8", head_only=head))
         elif path == "/events":
             if head:
@@ -321,14 +368,71 @@ class LiveServer:
             _send(conn, response(200, self._built_for("/data"), "application/json", head_only=head))
         elif path == "/metrics":
             _send(conn, response(200, exposition(self.registry), CONTENT_TYPE_LATEST, head_only=head))
-        elif path == "/health":
-            healthy, body = self.state.health_json()
-            _send(conn, response(200 if healthy else 503, _json(body), "application/json", head_only=head))
+        elif path == "/health":            # liveness: this process serves; how the run is, in the body
+            _, body = self.state.health_json()
+            _send(conn, response(200, _json(body), "application/json", head_only=head))
         elif path == "/status":
             _send(conn, response(200, _json(self.state.status_json()), "application/json", head_only=head))
         else:
             _send(conn, response(404, b"not found: this server serves / (the live page), /events, "
-                                      b"/page.html, /metrics, /health, /status\n", head_only=head))
+                                      b"/page.html, /metrics, /health, /ready, /status"
+                                      + (b", /fault-tolerance/status and /fault-tolerance/apply"
+                                         if self.control is not None else b"") + b"\n", head_only=head))
+
+    def _ready(self) -> tuple[bool, dict]:
+        """Readiness: the run steps (a paused, recovering, failed or ended one is not ready);
+        /health, liveness, says only that this process serves."""
+        if self.control is not None:
+            code, status = self.control.ask({"op": "status"})
+            phase = status.get("phase", "ended") if code == 200 else "ended"
+        else:
+            _, health = self.state.health_json()
+            phase = "running" if health["health"] == "stepping" else health["health"]
+        return phase == "running", {"ready": phase == "running", "phase": phase}
+
+    def _operator(self, conn: socket.socket, req: Request) -> None:
+        """/fault-tolerance/status (GET) and /fault-tolerance/apply (POST, a JSON body {"id",
+        "instruction", "epoch"}): the bearer token first, no CORS, the Host check; a GET changes
+        nothing."""
+        path = req.path[len(OPERATOR):]
+        if self.control is None or path not in ("status", "apply"):
+            _send(conn, response(404, b"no operator here: launch --on-rank-loss pause --serve serves "
+                                      b"/fault-tolerance/status and /fault-tolerance/apply\n"))
+            return
+        want = "POST" if path == "apply" else "GET"
+        if req.method != want:
+            _send(conn, response(405, f"{want} only\n".encode(), extra=f"Allow: {want}\r\n"))
+            return
+        if self.loopback and not _host_allowed(req.host):
+            _send(conn, response(403, b"this server answers to its address or localhost only\n"))
+            return
+        if not self.control.allows(req.headers.get("authorization")):
+            _send(conn, response(401, _json({"error": "the run's bearer token is needed: "
+                                                       "Authorization: Bearer TOKEN"}),
+                                 "application/json", extra='WWW-Authenticate: Bearer realm="inferris-dist"\r\n'))
+            return
+        if path == "status":
+            code, body = self.control.ask({"op": "status"})
+            _send(conn, response(code, _json(body), "application/json"))
+            return
+        if req.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            _send(conn, response(415, _json({"error": "the body must be application/json"}),
+                                 "application/json"))
+            return
+        try:
+            body = json.loads(read_body(conn, req, time.monotonic() + HEAD_SECONDS))
+        except BadRequest as e:
+            _send(conn, response(e.status, _json({"error": str(e)}), "application/json"))
+            return
+        except (ValueError, RecursionError):
+            body = None
+        if not isinstance(body, dict):
+            _send(conn, response(400, _json({"error": 'the body must be a JSON object {"id", '
+                                                       '"instruction", "epoch"}'}), "application/json"))
+            return
+        code, answer = self.control.ask({"op": "apply", "id": body.get("id"),
+                                         "instruction": body.get("instruction"), "epoch": body.get("epoch")})
+        _send(conn, response(code, _json(answer), "application/json"))
 
     def _built_for(self, what: str) -> bytes:
         """The body of `/`, `/data` or `/page.html` for the state last published, built once

@@ -37,8 +37,8 @@ MAX_RANKS = 256              # ranks counted one by one (labels of /metrics); mo
 REQUEST_BUDGET = 16 << 20    # bytes of the requests in flight whose token times are kept
 REQUEST_COST = 256           # what one kept request costs beside its id's characters (its entry)
 MAX_REASONS = 32             # finish and loss reasons kept as labels (the rest: "other")
-URGENT = frozenset({"rank-lost", "restart", "rejoin-wait", "step-failed", "audit-failed", "end",
-                    "member", "run"})   # worth showing at once, not at the next tick
+URGENT = frozenset({"rank-lost", "restart", "resize", "rejoin-wait", "step-failed", "audit-failed",
+                    "end", "member", "run"})   # worth showing at once, not at the next tick
 NO_END_NOTE = "the log has no end record"   # the page's note for a log whose run goes on
 
 # Histogram bounds, seconds and steps.
@@ -119,6 +119,8 @@ class Numbers:
         self.attempts = 0
         self.attempts_failed = 0
         self.epoch = 0
+        self.world_requested = 0                    # the run's world size (the `run` record's)
+        self.world_effective = 0                    # the world's size now (its last resize's)
         self.ranks: dict[int, RankNumbers] = {}
         self.step_seconds = Histogram(STEP_BUCKETS)
         self.ttft_seconds = Histogram(TTFT_BUCKETS)
@@ -250,6 +252,7 @@ class LiveState:
         self.numbers.num_pages = pages if is_int(pages) and pages > 0 else 0
         world = ev.get("world_size")
         self._world = world if is_int(world) and 0 < world < 1 << 16 else 0
+        self.numbers.world_requested = self.numbers.world_effective = self._world
         try:
             self.numbers.reuse = rung_named(ev.get("rung")).reuse
         except Exception:
@@ -401,6 +404,29 @@ class LiveState:
         if is_int(epoch):
             self.recover_from = epoch
 
+    def _ev_resize(self, ev: dict) -> None:
+        """The world changed size: its size now (and the headers' world size from here on), the
+        members kept at their new ranks, the new epoch; a shrink is said as the recovery's reason."""
+        new, old, kept = ev.get("to"), ev.get("from"), ev.get("kept")
+        if not is_int(new) or not 0 < new < 1 << 16:
+            return
+        self.numbers.world_effective = self._world = new
+        epoch = ev.get("epoch")
+        self._epoch(epoch)
+        if isinstance(kept, list):
+            members = {}
+            for rank, was in enumerate(kept[:MAX_RANKS]):
+                if is_int(was) and was in self.members:
+                    members[rank] = dict(self.members[was], rank=rank)
+            self.members = members
+        if self.health == "recovering":
+            step = ev.get("step")
+            self.reason = (f"{say(ev.get('why'))[:40]}: world size {old if is_int(old) else '?'} -> {new}"
+                           f"{f' in epoch {epoch}' if is_int(epoch) else ''}"
+                           f"{f' from step {step}' if is_int(step) else ''}")
+            if is_int(epoch):
+                self.recover_from = epoch
+
     def _ev_rejoin_wait(self, ev: dict) -> None:
         if self.health == "recovering" and ev.get("joined") is not True:
             ranks = ev.get("ranks") if isinstance(ev.get("ranks"), list) else []
@@ -474,6 +500,8 @@ class LiveState:
             "ended": end is not None,
             "status": say(end.get("status"))[:20] if end is not None else None,
             "error": error_text(end["error"])[:400] if end is not None and end.get("error") else None,
+            # the size the run asked for (world_size above), and the size it has now
+            "world": {"requested": n.world_requested or None, "effective": n.world_effective or None},
         }
 
     def page_data(self) -> dict:
@@ -504,7 +532,8 @@ class LiveState:
         return {"version": self.version, "health": status["health"], "reason": status["reason"],
                 "step": self.last_step, "steps": status["steps"], "epoch": status["epoch"],
                 "ended": status["ended"], "status": status["status"], "error": status["error"],
-                "restarts": self.restarts, "losses": self.losses, "at": time.time()}
+                "restarts": self.restarts, "losses": self.losses, "world": status["world"],
+                "at": time.time()}
 
 
 def _ranks(ranks: list) -> str:
@@ -516,4 +545,4 @@ def _ranks(ranks: list) -> str:
 
 _EVENTS = {name: getattr(LiveState, "_ev_" + name.replace("-", "_"))
            for name in ("run", "member", "phase", "attempt", "step", "idle", "rank-lost", "step-failed",
-                        "audit-failed", "restart", "rejoin-wait", "turned-away", "end")}
+                        "audit-failed", "restart", "resize", "rejoin-wait", "turned-away", "end")}

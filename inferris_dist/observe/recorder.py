@@ -30,6 +30,10 @@ MAX_ATTEMPTS = 64        # attempts kept between two takes (a step's own, and it
 _NOTHING = nullcontext()
 
 
+PAUSE_FIELDS = ("epoch", "step", "kind", "message", "lost", "survivors", "world_size", "can", "timeout_s",
+                "default")
+
+
 class Recorder:
     def __init__(self, world_size: int, wire_log: WireLog | None = None, timeline: Timeline | None = None,
                  shared_clock: bool = True):
@@ -90,6 +94,41 @@ class Recorder:
         if self.log is not None:
             self.log.event("restart", ranks=list(ranks), epoch=epoch, step=step,
                            shard_pages=shard_pages, policy=policy)
+
+    def reshape(self, world_size: int) -> None:
+        """The world changed size: a rank new to the run starts with totals of its own."""
+        self.world_size = world_size
+        for rank in range(world_size):
+            self.totals.setdefault(rank, RankTotals())
+
+    def resized(self, resize) -> None:
+        """The world changed size (a `Resize` of the process group)."""
+        if self.log is not None:
+            fields = {k: v for k, v in resize._asdict().items() if v is not None}
+            fields["from"] = fields.pop("old")
+            fields["to"] = fields.pop("new")
+            self.log.event("resize", **fields)
+        if self.timeline is not None:
+            self.timeline.instant(f"{resize.why}: world size {resize.old} -> {resize.new}",
+                                  step=resize.step, epoch=resize.epoch)
+
+    def waiting(self) -> None:
+        """The run waits in real time (for arrivals): what is buffered goes out first."""
+        if self.log is not None:
+            self.log.flush()
+
+    def paused(self, status: dict) -> None:
+        """A run under pause stopped on a loss and waits for an operator (its status)."""
+        if self.log is not None:
+            self.log.event("pause", **{k: status[k] for k in PAUSE_FIELDS})
+        if self.timeline is not None:
+            self.timeline.instant("paused", step=status["step"], epoch=status["epoch"])
+
+    def instruction(self, ident: str, instruction: str, epoch: int, source: str, code: int, answer: dict) -> None:
+        """An operator's instruction carried out or refused (or the pause timeout's default)."""
+        if self.log is not None:
+            self.log.event("instruction", id=ident, instruction=instruction, epoch=epoch, source=source,
+                           code=code, answer=answer)
 
     def rejoin_wait(self, started: float, ranks: list[int], joined: bool) -> None:
         if self.log is not None:

@@ -7,12 +7,14 @@ import random
 
 class StepRecord:
     """One attempt at one step: what went out, what came back, and the verdict."""
-    __slots__ = ("step", "epoch", "plan_bytes", "sent", "rtt", "result_bytes", "verdict", "notes", "inside")
+    __slots__ = ("step", "epoch", "plan_bytes", "sent", "rtt", "result_bytes", "verdict", "notes", "inside",
+                 "world_size")
 
-    def __init__(self, step: int, epoch: int, plan_bytes: int):
+    def __init__(self, step: int, epoch: int, plan_bytes: int, world_size: int = 0):
         self.step = step
         self.epoch = epoch
         self.plan_bytes = plan_bytes
+        self.world_size = world_size                # the ranks it was sent to (0: not said)
         self.sent: dict[int, float] = {}            # rank -> monotonic send time
         self.rtt: dict[int, float] = {}             # rank -> seconds
         self.result_bytes: dict[int, int] = {}      # rank -> bytes

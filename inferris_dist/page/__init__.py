@@ -4,9 +4,10 @@ self-contained file that opens offline in any browser.
 The page shows what crossed the executor boundary, on one time axis: a lane for the
 scheduler's phases, one per rank (its processes and epochs, each plan's round trip with
 the rank's own decode, execute and encode inside it, audits, joins and rejoin waits), the
-losses, restarts and refused peers where they happened, counter tracks, and a lane per
-request. A click on a step lists its plan item by item, every rank's result and the join,
-as `inferris-dist inspect WIRELOG --step K` prints them.
+losses, restarts, resizes and refused peers where they happened, counter tracks, and a lane per
+request; above them, when the world changed size (`resize` events), a small chart of its size
+over the steps, the size the run asked for marked. A click on a step lists its plan item by
+item, every rank's result and the join, as `inferris-dist inspect WIRELOG --step K` prints them.
 
 Nothing on the page comes from elsewhere: the script, the style and the data are in the
 file, a Content-Security-Policy allows only those (by hash) and no connection at all. The

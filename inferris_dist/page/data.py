@@ -7,7 +7,7 @@ the committed steps with their counters and lines, a lane per request (its first
 each segment's state and length: each lane within its share of SEGMENT_BUDGET, `runs` making
 one that changed state more often coarser), the marks, where each epoch began, the stretch
 "fit" shows (the steps, not the start-up), and the notes saying what was skipped or past a
-bound. Nothing here reads the log again: it works
+bound, and the world's size over the steps (`world`). Nothing here reads the log again: it works
 from the model's bounded state only, so the page's size is bounded as the model is.
 """
 from __future__ import annotations
@@ -77,7 +77,8 @@ def _offsets(b: Builder, shared: bool) -> dict[tuple[int, int], float]:
 
 def _pids(b: Builder) -> None:
     """Each round trip's process: the latest member of its rank admitted before its plan."""
-    admitted = sorted(((t, rank, pid) for t, rank, _, pid, _ in b.members), key=lambda x: x[0]) or \
+    admitted = sorted([(t, rank, pid) for t, rank, _, pid, _ in b.members]
+                      + [(t, rank, pid) for t, rank, _, pid, _, _ in b.renumbered], key=lambda x: x[0]) or \
         sorted(((t, rank, pid) for t, rank, _, pid in b.hellos), key=lambda x: x[0])
     by_rank: dict[int, list[tuple[float, int]]] = {}
     for t, rank, pid in admitted:
@@ -178,13 +179,16 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
 
     requests = _requests(lanes, span_of, number_of, trim=not b.has_step_events)
 
-    members = [[rank, epoch, pid, T(host) if host else -1, us(t)] for t, rank, epoch, pid, host in
-               sorted(b.members, key=lambda m: m[0])]
+    # each member admitted, and each kept member a resize renumbered (with the rank it held)
+    members = [[rank, epoch, pid, T(host) if host else -1, us(t)] + ([was] if was >= 0 else [])
+               for t, rank, epoch, pid, host, was in
+               sorted([m + (-1,) for m in b.members] + b.renumbered, key=lambda m: m[0])]
     if not members:
         members = [[rank, epoch, pid, -1, us(t)] for t, rank, epoch, pid in sorted(b.hellos)]
     seen_pid: dict[int, int] = {}
-    for rank, epoch, pid, _, t in members:
-        if rank in seen_pid and seen_pid[rank] != pid:
+    for rank, epoch, pid, _, t, *was in members:
+        # renumbered by a resize, or joined at a rank a resize added: no replacement
+        if rank in seen_pid and seen_pid[rank] != pid and not was and (epoch, rank) not in b.joined:
             b._mark("replaced", origin + t / 1e6, f"rank {rank} replaced: pid {seen_pid[rank]} -> {pid}",
                     [rank], epoch=epoch)
         seen_pid[rank] = pid
@@ -271,7 +275,7 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
     # before the first plan nor the stopping after the last step
     ran = [a[2] for a in attempts] + col["a"]
     during = {MARKS.index(k) for k in ("lost", "restart", "step-failed", "rejoin-wait", "partition",
-                                       "audit", "audit-failed", "link")}
+                                       "audit", "audit-failed", "link", "resize")}
     fit = [lo, hi]
     if ran:
         first = min(ran)
@@ -288,11 +292,22 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
         "steps": col, "counters": counters, "requests": requests, "marks": marks, "mark_kinds": list(MARKS),
         "members": members, "handshakes": [[r, us(a), us(z)] for r, a, z in b.handshakes],
         "audits": [[r, us(a), us(z), n, s] for r, a, z, n, s in b.audits], "idle": idle,
-        # where each epoch began (the restarts), in time order
+        # where each epoch began (the restarts and resizes), in time order
         "epochs": [[us(t), e] for t, e in sorted(b.epochs)],
+        "world": _world(b, world, us),
         # from the run's first record to its first plan: the ranks being started and joining
         "startup": [0, min(a[2] for a in attempts)] if b.run is not None and attempts else None,
     }
+
+
+def _world(b: Builder, requested: object, us: _Clock) -> dict:
+    """The world's size over the steps: the size the run asked for (its `run` record's), and
+    each change as [step, from, to, time, why (a text), epoch], in time order. No change: the
+    page draws no chart."""
+    T = b.text
+    return {"requested": requested if is_int(requested) and 0 < requested <= MAX_RANK + 1 else None,
+            "changes": [[step, old, new, us(t), T(why), epoch]
+                        for t, step, epoch, old, new, why in sorted(b.resizes, key=lambda r: r[0])]}
 
 
 def _steps(b: Builder, from_attempts: bool) -> tuple[list[Step], Lanes, int]:

@@ -77,7 +77,9 @@ function tell(live) {
   const where = (live.step === null ? 'no step committed yet' : 'step ' + live.step) +
     ' \u00b7 epoch ' + live.epoch + ' \u00b7 ' + plural(live.steps, 'step') + ' committed' +
     (live.losses ? ' \u00b7 ' + plural(live.losses, 'loss', 'losses') : '') +
-    (live.restarts ? ' \u00b7 ' + plural(live.restarts, 'restart') : '');
+    (live.restarts ? ' \u00b7 ' + plural(live.restarts, 'restart') : '') +
+    (live.world && live.world.effective && live.world.effective !== live.world.requested
+      ? ' \u00b7 world size ' + live.world.effective + ' of ' + live.world.requested + ' asked' : '');
   if (live.ended) {
     const how = live.status === 'ok' ? 'the run ended (ok)' : 'the run failed' +
       (live.error ? ': ' + live.error : '');

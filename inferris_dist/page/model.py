@@ -39,6 +39,7 @@ MAX_MARKS = 20_000
 MAX_MEMBERS = 20_000         # members admitted (and as many HELLOs, and joins)
 MAX_AUDITS = 60_000
 MAX_EPOCHS = 40_000          # epoch starts (restarts) placed on the ranks' lanes
+MAX_RESIZES = 40_000         # changes of the world's size (the world-size chart)
 MAX_REQUEST_LANES = 200
 MAX_REQUESTS_COUNTED = 1_000_000   # distinct requests counted beyond the lanes
 SEGMENT_BUDGET = 120_000     # segments of the request lanes in all, each lane its share
@@ -57,12 +58,12 @@ COUNTERS = ("requests_running", "requests_waiting", "requests_preempted", "pages
 PLAN_KEYS = tuple(k for k, f in schema.ITEM.items() if f.required)
 RESULT_KEYS = tuple(schema.OUTCOME)
 MARKS = ("lost", "restart", "step-failed", "audit", "audit-failed", "note", "turned-away",
-         "rejoin-wait", "refused", "replaced", "end", "link", "partition")
+         "rejoin-wait", "refused", "replaced", "end", "link", "partition", "resize")
 # Each kind of mark has its own budget within MAX_MARKS, so that a flood of one kind (a link
 # fault on every message, an audit every step) cannot crowd out the losses and restarts.
 MARK_BUDGET = {"lost": 4000, "restart": 4000, "step-failed": 2000, "audit": 4000, "audit-failed": 1000,
                "note": 4000, "turned-away": 64, "rejoin-wait": 1000, "refused": 1000, "replaced": 4000,
-               "end": 8, "link": 4000, "partition": 1000}
+               "end": 8, "link": 4000, "partition": 1000, "resize": 4000}
 assert set(MARK_BUDGET) == set(MARKS)
 LINK = schema.LINK       # what a link fault did to a message
 # The events the page draws, each by its Builder._ev_* method: every event of the wire log's
@@ -322,6 +323,21 @@ def _ranks_text(ranks: list) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks[:32])) + more
 
 
+def resize_words(old: int, new: int, epoch: Any, kept: list, lost: list, added: list) -> str:
+    """ "world size 4 -> 3 in epoch 1, without rank 1; renumbered 2->1 3->2", as launch says it
+    (at most 32 of each list said)."""
+    words = f"world size {old} -> {new} in epoch {epoch}"
+    if lost:
+        words += f", without {_ranks_text(lost)}"
+    moved = [f"{was}->{rank}" for rank, was in enumerate(kept) if was != rank]
+    if moved:
+        words += "; renumbered " + " ".join(moved[:32]) + (f" (and {len(moved) - 32} more)"
+                                                           if len(moved) > 32 else "")
+    if added:
+        words += f"; joined: {_ranks_text(added)}"
+    return words
+
+
 def _counter(v: Any) -> int | float | None:
     """A counter's value as the page keeps it: a whole number a script can hold, or a finite
     float; anything else is no value."""
@@ -493,6 +509,12 @@ class Builder:
         self.hellos: list[tuple[float, int, int, int]] = []          # t, rank, epoch, pid
         self.handshakes: list[list] = []                            # rank, hello t, ready t
         self.epochs: list[tuple[float, int]] = []                   # t, epoch: where each began
+        # the world's size: each change (t, step, epoch, from, to, why), and the members a
+        # change renumbered (t, new rank, epoch, pid, host, old rank): a kept member's new rank
+        self.resizes: list[tuple[float, int, int, int, int, str]] = []
+        self.renumbered: list[tuple[float, int, int, int, str, int]] = []
+        self.pid_of: dict[int, tuple[int, str]] = {}                 # rank -> its member's (pid, host)
+        self.joined: set[tuple[int, int]] = set()                    # (epoch, rank) a resize added
         self.hello_at: dict[int, float] = {}
         self.audit_out: dict[int, tuple[float, int]] = {}
         self.audits: list[list] = []
@@ -752,6 +774,7 @@ class Builder:
         pid = _int(ev, "pid", 0, 2 ** 53, optional=True)
         host = ev.get("host") if isinstance(ev.get("host"), str) else ""
         self.ranks.add(rank)
+        self.pid_of[rank] = (-1 if pid is None else pid, host)
         if len(self.members) < MAX_MEMBERS:
             self.members.append((t, rank, epoch, -1 if pid is None else pid, host))
         else:
@@ -868,6 +891,55 @@ class Builder:
             else:
                 self._over("epoch starts")
 
+    def _ev_resize(self, ev: dict, t: float) -> None:
+        """The world changed size: a mark in words (as launch says it), a new epoch on the ranks'
+        lanes, a point of the world-size chart, and each kept member that was renumbered on
+        the lane of its new rank."""
+        epoch, step = _int(ev, "epoch", 0, 2 ** 31 - 1), _int(ev, "step")
+        old, new = _int(ev, "from", 0, MAX_RANK + 1), _int(ev, "to", 0, MAX_RANK + 1)
+        lists = []
+        for key in ("kept", "lost", "added"):
+            v = ev.get(key)
+            if not isinstance(v, list) or not all(is_int(r) and 0 <= r <= MAX_RANK for r in v):
+                raise Malformed(key)
+            lists.append(v[:MAX_RANK + 1])
+        kept, lost, added = lists
+        why = ev.get("why")
+        why = shown(why[:40]) if isinstance(why, str) and why else "resize"
+        text = f"{why}: {resize_words(old, new, epoch, kept, lost, added)}"
+        if is_int(ev.get("shard_pages")):
+            text += f"; every rank holds the pool ({ev['shard_pages']} pages)"
+        hidden = ev.get("hidden")
+        if is_num(hidden) and hidden >= 0:
+            text += f"; {_secs(hidden)} of start-up ran while the steps went on"
+        # the lanes it touches: the ranks gone from the world, and the ranks that joined it
+        gone = list(range(new, old))
+        self._mark("resize", t, text, gone + added, step, epoch)
+        if len(self.resizes) < MAX_RESIZES:
+            self.resizes.append((t, step, epoch, old, new, why))
+        else:
+            self._over("world size changes")
+        if len(self.epochs) < MAX_EPOCHS:
+            self.epochs.append((t, epoch))
+        else:
+            self._over("epoch starts")
+        for rank in added:
+            if len(self.joined) < MAX_MEMBERS:
+                self.joined.add((epoch, rank))
+        members = {}
+        for rank, was in enumerate(kept):
+            if was not in self.pid_of:
+                continue
+            members[rank] = self.pid_of[was]
+            if was == rank:
+                continue
+            if len(self.members) + len(self.renumbered) < MAX_MEMBERS:
+                pid, host = self.pid_of[was]
+                self.renumbered.append((t, rank, epoch, pid, host, was))
+            else:
+                self._over("members renumbered")
+        self.pid_of = members
+
     def _ev_rank_lost(self, ev: dict, t: float) -> None:
         ranks = ev.get("ranks") if isinstance(ev.get("ranks"), list) else [ev.get("rank")]
         reason = ev.get("reason")
@@ -897,6 +969,22 @@ class Builder:
         self._time(t + seconds)
         self._mark("partition", t, f"the link cut rank {rank} off for {_secs(seconds)}: everything to "
                    f"and from it lost, then it healed", [rank], ev.get("step"), ev.get("epoch"), dur=seconds)
+
+    def _ev_pause(self, ev: dict, t: float) -> None:
+        """A run under pause stopped on a loss: a note on the ranks it lost (mechanism 14)."""
+        lost = ev.get("lost") if isinstance(ev.get("lost"), list) else []
+        ranks = [x.get("rank") for x in lost[:64] if isinstance(x, dict)]
+        can = ev.get("can") if isinstance(ev.get("can"), list) else []
+        self._mark("note", t, f"paused: {say(ev.get('message'))[:300]}; waits for an operator "
+                   f"({', '.join(say(c)[:16] for c in can[:4])})", ranks, ev.get("step"), ev.get("epoch"))
+
+    def _ev_instruction(self, ev: dict, t: float) -> None:
+        """An operator's instruction, carried out or refused (or the pause timeout's default)."""
+        who = "the pause timeout" if ev.get("source") == "timeout" else "the operator"
+        code = ev.get("code")
+        how = {202: "carried out", 200: "carried out"}.get(code, f"refused ({say(code)})")
+        self._mark("note", t, f"{who}: {say(ev.get('instruction'))[:16]} (id {say(ev.get('id'))[:40]}), {how}",
+                   [], None, ev.get("epoch"))
 
     def _ev_note(self, ev: dict, t: float) -> None:
         rank = ev.get("rank")

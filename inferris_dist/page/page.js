@@ -159,21 +159,21 @@ const COL = {prepare: '#5b8def', execute: '#f0a030', commit: '#3fae6a', recover:
   rt: '#c6d4e9', rtFail: '#f2a09a', rtLost: '#f6c9c5', rtVoid: '#e3e6ea', decode: '#8e6bd1', exec: '#2a9d8f',
   encode: '#d9a400', audit: '#7b8fe0', hand: '#a9dbb3', wait: '#f7c98b', lost: '#d62728',
   restart: '#ef7d0d', note: '#7d8590', peer: '#9b4dca', replaced: '#2f9e44', end: '#333',
-  link: '#0e7490', cut: '#0e7490',
+  link: '#0e7490', cut: '#0e7490', resize: '#a8327d', grow: '#2f9e44',
   waiting: '#ead9a6', running: '#4e9a6a', preempted: '#ec8f43', grid: '#eef0f3'};
 
 const marks = (D.marks || []).map((r, i) => ({i: i, kind: KINDS[r[0]] || '?', t: r[1], dur: r[2],
   ranks: r[3], step: r[4], epoch: r[5], text: txt(r[6])}));
 const RANKED = new Set(['lost', 'restart', 'replaced', 'note', 'audit-failed', 'rejoin-wait',
-  'refused', 'link', 'partition']);
-const TOP = new Set(['lost', 'restart', 'step-failed', 'audit', 'audit-failed', 'end']);
+  'refused', 'link', 'partition', 'resize']);
+const TOP = new Set(['lost', 'restart', 'step-failed', 'audit', 'audit-failed', 'end', 'resize']);
 const markStart = (m) => m.t, markEnd = (m) => m.t + Math.max(0, m.dur);
 const atInstant = (m) => m.t;
 const stepMarks = indexed(marks.filter((m) => TOP.has(m.kind)), markStart, atInstant);
 const schedMarks = indexed(marks.filter((m) => !m.ranks.length && !TOP.has(m.kind)), markStart, markEnd);
-// the losses and restarts, drawn across every lane
-const acrossMarks = indexed(marks.filter((m) => m.kind === 'lost' || m.kind === 'restart'), markStart,
-  atInstant);
+// the losses, restarts and resizes, drawn across every lane
+const acrossMarks = indexed(marks.filter((m) => m.kind === 'lost' || m.kind === 'restart' ||
+  m.kind === 'resize'), markStart, atInstant);
 const marksOfStep = new Map();
 for (const m of marks) {
   if (m.step < 0) continue;
@@ -182,7 +182,7 @@ for (const m of marks) {
 }
 const markCount = {};
 for (const m of marks) markCount[m.kind] = (markCount[m.kind] || 0) + 1;
-// where each epoch began: the restarts (all of them, beyond the marks' budget), in time order
+// where each epoch began: the restarts and resizes (all of them, beyond the marks' budget), in time order
 const epochList = (Array.isArray(D.epochs) ? D.epochs : marks.filter((m) => m.kind === 'restart' &&
   m.epoch >= 0).map((m) => [m.t, m.epoch])).slice().sort((p, q) => p[0] - q[0]);
 const epochT = Float64Array.from(epochList, (e) => e[0]);
@@ -190,6 +190,13 @@ function epochAt(t) {                   // the epoch at time t (0 before the fir
   const j = upperBound(epochT, t) - 1;
   return j >= 0 ? epochList[j][1] : 0;
 }
+// the world's size: what the run asked for, and each change [step, from, to, time, why, epoch]
+const WORLD = D.world && typeof D.world === 'object' ? D.world : {};
+const worldChanges = (Array.isArray(WORLD.changes) ? WORLD.changes : []).filter((c) => Array.isArray(c) &&
+  Number.isInteger(c[0]) && Number.isInteger(c[1]) && Number.isInteger(c[2]));
+const worldAsked = Number.isInteger(WORLD.requested) ? WORLD.requested
+  : worldChanges.length ? worldChanges[0][1] : ranks.length;
+const worldNow = worldChanges.length ? worldChanges[worldChanges.length - 1][2] : worldAsked;
 
 // each rank: its round trips (sorted by send), processes, audits, joins, waits and marks
 const members = (D.members || []).slice().sort((p, q) => p[4] - q[4]);
@@ -246,8 +253,10 @@ for (const L of R) {
   L.waits = indexed(L.waits, markStart, markEnd);
   L.cuts = indexed(L.cuts, markStart, markEnd);
   L.marks = indexed(L.marks, markStart, markEnd);
-  // its processes: each from its admission to the next one's, or to a loss of the rank before
-  const losses = Float64Array.from(L.marks.items.filter((m) => m.kind === 'lost'), (m) => m.t);
+  // its processes: each from its admission (or a resize renumbering it here) to the next one's,
+  // or to a loss of the rank before, or a resize (the rank gone from the world, or joined anew)
+  const losses = Float64Array.from(L.marks.items.filter((m) => m.kind === 'lost' || m.kind === 'resize'),
+    (m) => m.t);
   const n = L.own.length;
   L.procA = new Float64Array(n);
   L.procB = new Float64Array(n);
@@ -271,7 +280,8 @@ function bandAt(L, t) {
   // the epoch's bounds within the process's
   const a = Math.max(L.procA[j], k >= 0 ? epochT[k] : -Infinity);
   const b = Math.min(L.procB[j], k + 1 < epochT.length ? epochT[k + 1] : Infinity);
-  return {a: a, b: b, pid: m[2], host: txt(m[3]), epoch: Math.max(epochAt(t), m[1])};
+  return {a: a, b: b, pid: m[2], host: txt(m[3]), epoch: Math.max(epochAt(t), m[1]),
+    was: m.length > 5 ? m[5] : null};
 }
 
 // counter tracks
@@ -435,7 +445,7 @@ function box(a, b, y, h, fill) {          // a span drawn; how wide it shows (0:
 // path, stroked and filled once (`icons`).
 const ICON_STROKE = {lost: COL.lost, 'step-failed': COL.lost, link: COL.link, partition: COL.cut, end: COL.end};
 const ICON_FILL = {restart: COL.restart, replaced: COL.replaced, audit: COL.audit, 'audit-failed': COL.lost,
-  'turned-away': COL.peer, refused: COL.peer, end: COL.end};
+  'turned-away': COL.peer, refused: COL.peer, end: COL.end, resize: COL.resize};
 function iconStrokes(kind, x, y, s) {
   if (kind === 'lost' || kind === 'step-failed') {
     ctx.moveTo(x - s, y - s); ctx.lineTo(x + s, y + s); ctx.moveTo(x + s, y - s); ctx.lineTo(x - s, y + s);
@@ -458,6 +468,9 @@ function iconFill(kind, x, y, s) {
     ctx.rect(x - s + 1, y - s + 1, 2 * s - 2, 2 * s - 2);
   } else if (kind === 'end') {
     ctx.rect(x, y - s - 2, s + 2, s);
+  } else if (kind === 'resize') {              // an hourglass: the world's size changed
+    ctx.moveTo(x - s, y - s - 1); ctx.lineTo(x + s, y - s - 1); ctx.lineTo(x - s, y + s + 1);
+    ctx.lineTo(x + s, y + s + 1); ctx.closePath();
   } else {                                      // a note, and what this page does not know
     ctx.moveTo(x + s - 1, y); ctx.arc(x, y, s - 1, 0, 6.3);
   }
@@ -478,7 +491,7 @@ function icons(kind, xs, y, s) {        // the icons of one kind at xs (sets the
   }
 }
 const WORD = {lost: 'lost', restart: 'restart', replaced: 'new pid', 'step-failed': 'failed',
-  'audit-failed': 'audit failed', end: 'end', link: 'link', partition: 'cut off'};
+  'audit-failed': 'audit failed', end: 'end', link: 'link', partition: 'cut off', resize: 'resize'};
 
 function drawMarks(ix, y, h, seen, words) {
   // the marks of `ix` in view; at most one of each kind a pixel (a flood of them costs the
@@ -501,7 +514,7 @@ function drawMarks(ix, y, h, seen, words) {
       const w = ctx.measureText(WORD[m.kind]).width;
       if (lx - x < 90) {
         label(WORD[m.kind], lx, y + h / 2, 80, m.kind === 'restart' ? '#b35900'
-          : m.kind === 'replaced' ? '#1f6f30' : m.kind === 'end' ? COL.end
+          : m.kind === 'replaced' ? '#1f6f30' : m.kind === 'end' ? COL.end : m.kind === 'resize' ? COL.resize
             : m.kind === 'link' || m.kind === 'partition' ? COL.link : COL.lost);
         textEnd = lx + w;
       }
@@ -888,9 +901,9 @@ function draw() {
     ctx.fillStyle = '#e6e9ee';
     ctx.fillRect(GX, y + L.h - 1, W - GX, 1);
   }
-  // the losses and restarts, across every lane, a line a pixel at most of each kind; where more
-  // are in view than a line every few pixels, the lines would hide the lanes: not drawn then
-  const lastX = {lost: -1e9, restart: -1e9};
+  // the losses, restarts and resizes, across every lane, a line a pixel at most of each kind; where
+  // more are in view than a line every few pixels, the lines would hide the lanes: not drawn then
+  const lastX = {lost: -1e9, restart: -1e9, resize: -1e9};
   const across = acrossMarks.items;
   const first = lowerBound(acrossMarks.t, v0);
   const dense = upperBound(acrossMarks.t, v1) - first > (W - GX) / 4;
@@ -898,7 +911,8 @@ function draw() {
     const m = across[j], x = X(m.t);
     if (x - lastX[m.kind] < 1) continue;
     lastX[m.kind] = x;
-    ctx.fillStyle = m.kind === 'lost' ? 'rgba(214, 39, 40, 0.45)' : 'rgba(239, 125, 13, 0.45)';
+    ctx.fillStyle = m.kind === 'lost' ? 'rgba(214, 39, 40, 0.45)' : m.kind === 'resize'
+      ? 'rgba(168, 50, 125, 0.45)' : 'rgba(239, 125, 13, 0.45)';
     ctx.fillRect(x, AX, 1, H - AX);
   }
   ctx.restore();
@@ -1092,7 +1106,8 @@ function hit(x, y) {
       const b = bandAt(Rk, t);
       if (b) {
         return {lines: [L.label + ': pid ' + b.pid + ', epoch ' + b.epoch, b.host ? 'host ' + b.host
-          : 'on the scheduler\'s host', 'from ' + at(b.a) + ' to ' + at(b.b)]};
+          : 'on the scheduler\'s host', 'from ' + at(b.a) + ' to ' + at(b.b)].concat(b.was === null ? []
+          : ['rank ' + b.was + ' before a resize renumbered it'])};
       }
     }
     const j = nearest(Rk.st, Rk.en, Rk.maxDur, t, tol);
@@ -1314,7 +1329,9 @@ function showRun() {
     if (v !== '' && v !== null && v !== undefined) rows.push({cells: [k, String(v)]});
   };
   put('workload', M.name);
-  put('world size', M.world_size);
+  const changed = worldChanges.length;
+  put('world size', changed ? worldAsked + ' asked, ' + worldNow + (M.status ? ' at the end' : ' now') +
+    ' (changed ' + changed + ' time' + (changed === 1 ? '' : 's') + ')' : M.world_size);
   put('rung', M.rung);
   put('on rank loss', M.policy);
   put('faults', (M.faults || []).join(' '));
@@ -1332,8 +1349,130 @@ function showRun() {
     (inFlight.length ? ', ' + inFlight.length + ' in flight' : '') + ')');
   for (const o of M.offsets || []) put('clock of rank ' + o[0] + ' (pid ' + o[1] + ')', o[2] + ' \u00b5s');
   table(P, ['', ''], rows, new Set()).className = 'wrap';
+  const resizes = marks.filter((m) => m.kind === 'resize');
+  if (resizes.length) {
+    add(P, 'h3', '', 'the world\'s size changed');
+    for (const m of resizes.slice(0, 64)) {
+      const d = add(P, 'div', 'ev', 'step ' + m.step + ': ' + m.text + '  (' + at(m.t) + ')');
+      d.title = 'click: step ' + m.step;
+      d.addEventListener('click', () => { showStep(m.step); reveal(m.step); });
+    }
+    if (resizes.length > 64) add(P, 'div', 'sub', (resizes.length - 64) + ' more');
+  }
   add(P, 'div', 'sub', 'Click a step (the top lane, a round trip or a phase) for its plan item by item, ' +
     'every rank\'s result and the join; a request\'s lane for its story; a mark for what happened.');
+}
+
+// -- the world's size over the steps -------------------------------------------------------------
+// A small step chart under the run's line, drawn only when the size changed: x the steps, y the
+// ranks, the size asked for as a dashed line, each change a dot (hover: what changed; click: its
+// step). At most one vertical and one dot a pixel column, whatever the number of changes.
+function worldWords(c) {
+  return 'step ' + c[0] + ': ' + (txt(c[4]) || 'resize') + ', world size ' + c[1] + ' \u2192 ' + c[2] +
+    (Number.isInteger(c[5]) ? ' in epoch ' + c[5] : '');
+}
+function worldChart() {
+  const box = $('world');
+  if (!box) return;
+  box.replaceChildren();
+  box.hidden = !worldChanges.length;
+  if (!worldChanges.length) return;
+  const w = 320, h = 56, x0 = 22, x1 = w - 50, y0 = 6, y1 = h - 14;
+  const n = worldChanges.length;
+  const lastStep = Math.max(1, worldChanges[n - 1][0] + 1,
+    stepList.length ? stepList[stepList.length - 1] : 0);
+  let top = Math.max(1, worldAsked), low = worldChanges[0][1];
+  for (const c of worldChanges) { top = Math.max(top, c[1], c[2]); low = Math.min(low, c[1], c[2]); }
+  const floor = Math.max(0, low - 1);         // the smallest size a step above the bottom
+  const px = (k) => Math.round(x0 + (x1 - x0) * Math.max(0, Math.min(k, lastStep)) / lastStep) + 0.5;
+  const py = (r) => Math.round(y1 - (y1 - y0) * (Math.max(floor, r) - floor) / (top - floor || 1)) + 0.5;
+  const sizes = [worldChanges[0][1]].concat(worldChanges.slice(0, 12).map((c) => c[2] + ' (step ' + c[0] +
+    ')'));
+  const said = 'world size over the steps: ' + sizes.join(' \u2192 ') + (n > 12 ? ' \u2192 \u2026 ' +
+    (n - 12) + ' more' : '') + '; asked for ' + worldAsked + ', ' + worldNow +
+    (D.meta && D.meta.status ? ' at the end' : ' now');
+  const c2 = add(box, 'canvas', 'wchart');
+  c2.setAttribute('role', 'img');
+  c2.setAttribute('aria-label', said);
+  const ratio = window.devicePixelRatio || 1;
+  c2.width = Math.round(w * ratio);
+  c2.height = Math.round(h * ratio);
+  c2.style.width = w + 'px';
+  c2.style.height = h + 'px';
+  const g = c2.getContext('2d');
+  g.setTransform(ratio, 0, 0, ratio, 0, 0);
+  g.font = '10px system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif';
+  g.textBaseline = 'middle';
+  // the line: a level, then at each pixel column holding changes, a vertical through them all
+  let level = worldChanges[0][1], col = null, lo = level, hi = level;
+  const pts = [[x0, py(level)]];
+  const dots = [];
+  const up = () => { pts.push([col, py(lo)], [col, py(hi)], [col, py(level)]); };
+  for (const c of worldChanges) {
+    const x = px(c[0]);
+    if (x !== col) {
+      if (col !== null) up();
+      pts.push([x, py(level)]);
+      col = x; lo = hi = level;
+      dots.push(c);
+    }
+    lo = Math.min(lo, c[1], c[2]); hi = Math.max(hi, c[1], c[2]);
+    level = c[2];
+  }
+  up();
+  pts.push([x1, py(level)]);
+  const trace = () => {
+    g.beginPath();
+    g.moveTo(pts[0][0], pts[0][1]);
+    for (const q of pts) g.lineTo(q[0], q[1]);
+  };
+  trace();
+  g.lineTo(x1, y1); g.lineTo(x0, y1); g.closePath();
+  g.fillStyle = '#e3eaf5'; g.fill();
+  g.fillStyle = '#b3bcc8'; g.fillRect(x0, y1, x1 - x0, 1);
+  g.strokeStyle = '#3b5b92'; g.lineWidth = 1.5;
+  trace(); g.stroke();
+  const asked = py(worldAsked);
+  g.strokeStyle = COL.restart; g.lineWidth = 1; g.setLineDash([3, 2]);
+  g.beginPath(); g.moveTo(x0, asked); g.lineTo(x1, asked); g.stroke();
+  g.setLineDash([]);
+  g.fillStyle = '#b35900'; g.textAlign = 'left';
+  g.fillText('asked ' + worldAsked, x1 + 4, asked);
+  g.fillStyle = '#445'; g.textAlign = 'right';
+  for (const r of top === low ? [top] : [top, low]) g.fillText(String(r), x0 - 4, py(r));
+  g.fillStyle = '#667'; g.textAlign = 'left';
+  g.fillText('step 0', x0, h - 5);
+  g.textAlign = 'right';
+  g.fillText(String(lastStep), x1, h - 5);
+  for (const c of dots) {
+    g.fillStyle = c[2] < c[1] ? COL.lost : c[2] > c[1] ? COL.grow : COL.resize;
+    g.beginPath(); g.arc(px(c[0]), py(c[2]), 3, 0, 6.3); g.fill();
+  }
+  const dotAt = (e) => {                // the change whose dot is nearest the pointer (within 6 px)
+    const r = c2.getBoundingClientRect();
+    const x = e.clientX - r.left, y = e.clientY - r.top;
+    let best = null, bd = 36;
+    for (const c of dots) {
+      const d = (px(c[0]) - x) ** 2 + (py(c[2]) - y) ** 2;
+      if (d <= bd) { best = c; bd = d; }
+    }
+    return best;
+  };
+  c2.addEventListener('mousemove', (e) => {
+    const c = dotAt(e);
+    c2.style.cursor = c ? 'pointer' : '';
+    showTip(c ? {lines: [worldWords(c)].concat(resizeText(c))} : {lines: [said]}, e.clientX, e.clientY);
+  });
+  c2.addEventListener('mouseleave', () => { tip.style.display = 'none'; });
+  c2.addEventListener('click', (e) => {
+    const c = dotAt(e);
+    if (c) { showStep(c[0]); reveal(c[0]); }
+  });
+  add(box, 'span', 'wcap', said);
+}
+function resizeText(c) {                // what the resize's mark says, if it was kept
+  const m = (marksOfStep.get(c[0]) || []).find((x) => x.kind === 'resize' && x.epoch === c[5]);
+  return m ? [m.text] : [];
 }
 
 // -- the header ------------------------------------------------------------------------------
@@ -1353,9 +1492,11 @@ function header() {
     .filter((w) => w);
   parts.push(nSteps + ' steps committed in ' + attempts.length + ' attempts' +
     (open.length ? ' (' + open.join(', ') + ')' : ''));
-  const lost = markCount.lost || 0, restarts = markCount.restart || 0;
-  if (lost || restarts) parts.push(lost + ' loss' + (lost === 1 ? '' : 'es') + ', ' + restarts + ' restart' +
-    (restarts === 1 ? '' : 's'));
+  const lost = markCount.lost || 0, restarts = markCount.restart || 0, resized = worldChanges.length;
+  if (lost || restarts || resized) {
+    parts.push(lost + ' loss' + (lost === 1 ? '' : 'es') + ', ' + restarts + ' restart' +
+      (restarts === 1 ? '' : 's') + (resized ? ', ' + resized + ' resize' + (resized === 1 ? '' : 's') : ''));
+  }
   const linked = markCount.link || 0, cuts = markCount.partition || 0;
   if (linked || cuts) parts.push('the link acted on ' + linked + ' message' + (linked === 1 ? '' : 's') +
     (cuts ? ', cut ' + cuts + ' time' + (cuts === 1 ? '' : 's') : ''));
@@ -1375,6 +1516,8 @@ function header() {
     ['waiting', COL.waiting],
     ['running', COL.running], ['preempted', COL.preempted]];
   if (voided.length) items.splice(6, 0, ['void (sent ahead)', COL.rtVoid]);
+  if (worldChanges.length) items.splice(items.findIndex((it) => it[0] === 'restart') + 1, 0,
+    ['resize', COL.resize]);
   if (RQ.coarse) {
     items.push(['changing (kept coarser)', 'repeating-linear-gradient(135deg, ' + COL.running + ' 0 2px, ' +
       COL.waiting + ' 2px 5px)']);
@@ -1597,6 +1740,7 @@ window.inferrisPage = Object.freeze({
   get selected() { return selStep; },
   get view() { return [v0, v1, sy]; },
   voidAttempts: voided.length,
+  world: Object.freeze({requested: worldAsked, effective: worldNow, changes: worldChanges.length}),
   fitSpan: fitSpan.slice(),
   stepPoint: stepPoint,
   focusStep: focusStep,
@@ -1608,6 +1752,7 @@ window.inferrisPage = Object.freeze({
 });
 
 header();
+worldChart();
 showRun();
 fit();
 resize();

@@ -53,7 +53,7 @@ LINK_KINDS = frozenset({"plan-lost", "result-lost", "plan-delay", "result-delay"
                         "reorder", "partition"})
 SECONDS_KINDS = frozenset({"delay", "plan-delay", "result-delay", "partition"})   # ARG: seconds
 FORMAT = "RANK:KIND@STEP[+][:ARG]"
-POLICIES = ("abort", "restore", "recompute")     # what follows a failed step (recovery.py)
+POLICIES = ("abort", "restore", "recompute", "shrink", "pause")     # what follows a failed step (recovery.py)
 
 
 class Fault(NamedTuple):

@@ -40,7 +40,7 @@ import msgpack
 from inferris_dist.engine.messages import ExecutionPlan, ItemOutcome, new_item, new_outcome
 from inferris_dist.protocol.limits import MAX_STEP_COST_NS, MAX_TOKEN_COST_NS
 
-PROTOCOL_VERSION = 5   # both sides speak exactly this one (a peer of another version is refused)
+PROTOCOL_VERSION = 6   # both sides speak exactly this one (a peer of another version is refused)
 MAX_FRAME_BYTES = 64 << 20        # also the sockets' ZMQ_MAXMSGSIZE
 MAX_HEADER_BYTES = 256
 MAX_HELLO_BYTES = 256             # what an unauthenticated peer may make us decode
@@ -64,6 +64,7 @@ class MsgType(IntEnum):
     STOP = 8       # scheduler -> worker: exit now
     REFUSED = 9    # scheduler -> a would-be or retired worker: why it was turned away; it exits
     FIRED = 10     # worker -> scheduler: the one-shot faults of mine this step's plan set off
+    RESIZE = 11    # scheduler -> member: the world changed size; your rank, shard and faults in it
 
 
 _TYPE_OF = {int(t): t for t in MsgType}
@@ -91,6 +92,13 @@ class Config(NamedTuple):
     shard: list            # SlotStore snapshot to start from ([] for an empty shard)
     faults: list[str]      # this rank's injected faults, as given on the command line
     exec_cost: tuple[int, int] = (0, 0)   # ns per step, ns per token: a model's time (--exec-cost)
+
+
+class Resize(NamedTuple):
+    """A kept member's place in a world of another size (its new rank and world size are the
+    header's): the shard it holds there, and its faults from now on."""
+    shard: list            # SlotStore snapshot: the whole shard, replacing what it held
+    faults: list[str]
 
 
 # Timing (launch --timeline): a PLAN may carry a third frame TIMING_PLEASE; the rank then
@@ -122,7 +130,7 @@ def encode_body(kind: MsgType, body: Any) -> bytes:
         return encode_plan(body)[0]
     if kind is MsgType.RESULT:
         return encode_result(body)
-    if kind is MsgType.SHARD or kind is MsgType.CONFIG:
+    if kind is MsgType.SHARD or kind is MsgType.CONFIG or kind is MsgType.RESIZE:
         body = _pack_masks(kind, body)
     return msgpack.packb(body)
 
@@ -412,6 +420,15 @@ def _config(body) -> Config:
     return Config(num_pages, page_size, scripts, _shard(shard), list(faults), exec_cost)
 
 
+def _resize(body) -> Resize:
+    if type(body) is not tuple or len(body) != 2:
+        raise WireError("malformed resize")
+    shard, faults = body
+    if type(faults) is not tuple or not all(type(f) is str for f in faults):
+        raise WireError("malformed faults")
+    return Resize(_shard(shard), list(faults))
+
+
 def _shard(body) -> list:
     """[(page, [(rid, base, mask bytes)])] -> SlotStore snapshot with int masks."""
     if type(body) is not tuple:
@@ -468,6 +485,7 @@ _DECODERS = {
     MsgType.STOP: _empty,
     MsgType.REFUSED: _refused,
     MsgType.FIRED: _fired,
+    MsgType.RESIZE: _resize,
 }
 
 

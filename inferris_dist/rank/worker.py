@@ -244,10 +244,23 @@ class Worker:
             elif header.type is MsgType.AUDIT:
                 self.send(MsgType.SHARD, header.step,
                           wire.encode_body(MsgType.SHARD, self.executor.shard.snapshot()))
+            elif header.type is MsgType.RESIZE:
+                self.resize(header, body)
             elif header.type is MsgType.STOP:
                 return
             else:
                 fail(f"rank {self.rank}: unexpected {header.type.name} from the scheduler")
+
+    def resize(self, header: wire.Header, body: wire.Resize) -> None:
+        """The world changed size (protocol §8.5): this member is rank `header.rank` of
+        `header.world_size` from now on, holds the shard it is given (the pages placed again
+        for the new world) and the faults meant for its new rank, and says READY."""
+        self.rank, self.world_size = header.rank, header.world_size
+        executor = self.executor
+        executor.rank, executor.world_size = header.rank, header.world_size
+        executor.shard.load(body.shard)
+        self.faults = FaultPlan([parse_fault(f) for f in body.faults])
+        self.send(MsgType.READY, 0, wire.encode_body(MsgType.READY, ()))
 
     def answer(self, plan: wire.PlanColumns) -> None:
         """Verdicts, reply, then write the shard: the writes are off the scheduler's wait (the

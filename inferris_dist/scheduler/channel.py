@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import errno as _errno
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 import zmq
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from inferris_dist.scheduler.linkfaults import LinkFaults
     from inferris_dist.scheduler.oneshots import OneShots
 
+HELLO_HEAD = bytes([0x96, wire.PROTOCOL_VERSION, int(MsgType.HELLO)])   # how a HELLO's header begins
+MAX_KNOCKS = 64             # HELLOs kept from members started ahead (the rest are strangers')
 MAX_RETIRED = 256           # identities of former members remembered, to tell them to exit
 
 
@@ -131,6 +133,7 @@ class RankChannel:
         self.explain: Callable[[int], str] = lambda rank: ""   # more on a rank that died
         self._answered: dict[int, tuple] = {}   # rank -> (epoch, step, kind) last joined
         self.in_flight: dict[int, Flight] = {}   # step -> its plan's flight, sent, replies not read yet
+        self.knocking: deque | None = None      # HELLOs of members started ahead, kept for admission
         self.transport = Transport(world_size, step_timeout, spin_s, self.members, self.rank_of, self.note)
         self.gate = self.transport.gate      # the door: who may connect, and who was turned away
         self.link: LinkFaults | None = None   # the wire to each rank and its faults, if any were asked
@@ -181,6 +184,105 @@ class RankChannel:
         while len(self.retired) > MAX_RETIRED:
             self.retired.popitem(last=False)
         return member
+
+    def reshape(self, world_size: int, kept: dict[int, int]) -> None:
+        """A world of `world_size` ranks from now on (in the epoch just begun): `kept` maps each
+        kept member's old rank to its new one; every other member was retired already."""
+        members = {kept[r]: m for r, m in self.members.items() if r in kept}
+        for rank, member in members.items():
+            member.rank = rank
+        self.members.clear()
+        self.members.update(members)            # the transport reads the same dict
+        self.rank_of.clear()
+        self.rank_of.update({m.identity: r for r, m in members.items()})
+        if self.link is not None:
+            for rank in range(max(self.world_size, world_size)):
+                self.link.forget(rank)          # what it held was of the old world
+        self.world_size = world_size
+        self.blamed = {kept[r] for r in self.blamed if r in kept}
+        self._answered.clear()
+        self.transport.reshape(world_size, kept)
+        self.recorder.reshape(world_size)
+
+    def settle(self, step: int, bodies: dict[int, "wire.Resize"]) -> None:
+        """Tell each kept member its place in a world of another size (RESIZE: its new rank in
+        the header, the shard and faults it holds there) and wait for its READY, within the
+        step timeout. RankLost when one dies, stays silent or answers out of turn."""
+        for rank, body in bodies.items():
+            self.send(rank, MsgType.RESIZE, step, wire.encode_body(MsgType.RESIZE, body), body)
+        deadline = time.monotonic() + self.step_timeout
+        ready: set[int] = set()
+        while len(ready) < len(bodies):
+            dead, messages = self.wait(deadline)
+            for frames, meta in messages:
+                rank = self.rank_of.get(frames[0])
+                if rank is None:
+                    self.stranger(frames, None if meta is LINK_DONE else meta)
+                    continue
+                frames, _ = without_timing(frames, self.timing)
+                try:
+                    if len(frames) != 3:
+                        raise wire.WireError(f"a message of {len(frames) - 1} frame(s), not 2")
+                    header = wire.decode_header(frames[1])
+                except wire.WireError as e:
+                    raise self.lost(rank, step, "protocol", f"broke the protocol: {e}") from None
+                if header.epoch < self.epoch:
+                    self.drop(rank, header, "(while the world changed size)", body=frames[2])
+                elif header.type is not MsgType.READY or header.rank != rank or rank in ready:
+                    raise self.lost(rank, step, "protocol",
+                                    f"answered its RESIZE with {header.type.name} naming rank "
+                                    f"{header.rank} of {header.world_size}")
+                else:
+                    ready.add(rank)
+                    self.recorder.received(rank, self.epoch, header.step, header.type, len(frames[2]), ())
+            gone = [r for r in dead if r in bodies and r not in ready]
+            if gone:
+                raise self.lost(gone[0], step, "died", "died while the world changed size", also=gone[1:])
+            if len(ready) < len(bodies) and time.monotonic() >= deadline:
+                silent = sorted(set(bodies) - ready)
+                raise self.lost(silent[0], step, "timeout",
+                                f"did not say READY to its RESIZE within {self.step_timeout:g} s",
+                                also=silent[1:])
+
+    def expect_knocks(self) -> None:
+        """Members are being started ahead: keep their HELLOs, read while the steps go on."""
+        if self.knocking is None:
+            self.knocking = deque(maxlen=MAX_KNOCKS)
+
+    def knocked(self, count: int, until: float | None = None) -> bool:
+        """Whether HELLOs from `count` connections have come since `expect_knocks`, reading
+        what came (without blocking, or until `until`)."""
+        if self.knocking is None:
+            return False
+        self.between_steps(time.monotonic() if until is None else until)
+        return len({frames[0] for frames, _ in self.knocking}) >= count
+
+    def between_steps(self, deadline: float) -> list[int]:
+        """What comes while no round is awaited, until `deadline`: a member's late reply is
+        dropped, a stranger's message judged as always; the ranks whose process or connection
+        is gone."""
+        dead, messages = self.wait(deadline)
+        for frames, meta in messages:
+            rank = self.rank_of.get(frames[0])
+            if rank is None:
+                self.stranger(frames, None if meta is LINK_DONE else meta)
+            else:
+                self._between(rank, frames)
+        return dead
+
+    def take_knocking(self) -> list:
+        knocking, self.knocking = self.knocking, None
+        return list(knocking or ())
+
+    def _between(self, rank: int, frames: list[bytes]) -> None:
+        """A member's message read between steps: a late reply, dropped and noted."""
+        frames, _ = without_timing(frames, self.timing)
+        try:
+            header = wire.decode_header(frames[1]) if len(frames) == 3 else None
+        except wire.WireError:
+            header = None
+        if header is not None:
+            self.drop(rank, header, "(between steps)", body=frames[2])
 
     # -- the exchange: one step's (or audit's) round with every rank --------------------
 
@@ -373,6 +475,8 @@ class RankChannel:
                 return
             raise self.lost(rank, step, "protocol", f"broke the protocol: {e}", flight=flight) from None
         if header.rank != rank:
+            if header.epoch < self.epoch:         # sent under its rank before the world was resized
+                return self.drop(rank, header, body=frames[2])
             raise self.lost(rank, step, "protocol",
                             f"broke the protocol: its message names rank {header.rank}", flight=flight)
         copied = None                   # "duplicated": the link delivered this message twice
@@ -403,6 +507,9 @@ class RankChannel:
             self.transport.refuse(ident, f"rank {rank} of epoch {epoch} was {why}; the run is in epoch "
                                          f"{self.epoch}: exit", self.epoch, meta.host if meta else "")
             return True
+        if self.knocking is not None and len(frames) == 3 and frames[1][:3] == HELLO_HEAD:
+            self.knocking.append((frames, meta))      # a member started ahead: admitted later
+            return False
         peer = peer_label(ident, meta)
         if not self.gate.turned_away.add(peer):
             return False                                  # counted; noted often enough already

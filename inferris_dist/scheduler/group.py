@@ -21,7 +21,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from inferris_dist.engine import (
     EngineError,
@@ -186,14 +186,15 @@ class ProcessGroup:
             return f"{self.options.bind}:0"
         return local_endpoint(self.log_dir)
 
-    def _admit(self, ranks: Sequence[int], shard: list, step: int) -> list[int]:
+    def _admit(self, ranks: Sequence[int], shard: list, step: int, early: Sequence = ()) -> list[int]:
         """Admit members for `ranks`; during a restart (step >= 0) a member of another rank
-        lost while we wait is replaced in the same window. Returns every rank admitted."""
-        timeout, never_came = self.members.start(ranks)
+        lost while we wait is replaced in the same window. Returns every rank admitted.
+        `early`: the HELLOs of members started ahead, read already (they are not started)."""
+        timeout, never_came = self.members.start(ranks) if not early else self.members.started_ahead()
         also_lost = self._also_lost if step >= 0 else None
         admission = Admission(self.channel, ranks, self.members,
                               lambda rank: self._config(rank, shard, step), step, timeout,
-                              never_came, also_lost)
+                              never_came, also_lost, early)
         started = time.monotonic()
         joined = False
         try:
@@ -217,16 +218,92 @@ class ProcessGroup:
         self.members.start([rank])
 
     def _config(self, rank: int, shard: list, step: int) -> wire.Config:
-        # One-shots fire once in the run: a new member gets those of its rank not yet fired (a
-        # member says FIRED before it acts one out, even one that kills it) from `step` on;
-        # repeating ones always. The link's faults are the link's, never a member's.
+        return wire.Config(self.num_pages, self.page_size, self.accept_scripts, shard,
+                           self._faults_of(rank, step), tuple(self.options.exec_cost))
+
+    def _faults_of(self, rank: int, step: int) -> list[str]:
+        """The faults a member of `rank` gets from `step` on. One-shots fire once in the run: a
+        new member gets those of its rank not yet fired (a member says FIRED before it acts one
+        out, even one that kills it); repeating ones always. Faults name ranks, not members: in
+        a world of another size a kept member gets its new rank's. The link's faults are the
+        link's, never a member's."""
         oneshots = self.channel.oneshots
         fired = oneshots.fired.get(rank, ()) if oneshots is not None else ()
-        faults = [f.text for f in self.faults
-                  if not f.on_link and f.applies_to(rank)
-                  and (f.repeat or (f.step >= step and f.text not in fired))]
-        return wire.Config(self.num_pages, self.page_size, self.accept_scripts, shard, faults,
-                           tuple(self.options.exec_cost))
+        return [f.text for f in self.faults
+                if not f.on_link and f.applies_to(rank)
+                and (f.repeat or (f.step >= step and f.text not in fired))]
+
+    # -- the world's size (mechanism 14) -------------------------------------------------
+
+    def resize(self, keep: Sequence[int], shard: list, step: int, why: str, add: int = 0) -> Resize:
+        """A world of len(keep) + `add` ranks, in a new epoch. The members of `keep` (old ranks,
+        in order) become ranks 0, 1, ... and are told so (RESIZE: the new rank and world size,
+        the shard every rank holds, the faults of the new rank), and say READY; every other
+        member is retired. `add` members started ahead (`start_joining`) are admitted at the
+        ranks after them (CONFIG, the same shard). Nothing waits for a process to start."""
+        old = self.world_size
+        lost = tuple(r for r in range(old) if r not in keep)
+        self.channel.next_epoch()
+        with _interrupts_held():
+            self.members.retire(lost)
+        kept = {r: i for i, r in enumerate(keep)}
+        new = len(keep) + add
+        added = tuple(range(len(keep), new))
+        hidden = self.members.joined_since(added) if added else None
+        self.world_size = new
+        self.channel.reshape(new, kept)
+        self.members.reshape(kept, new)
+        resize = Resize(self.epoch, step, old, new, tuple(keep), lost, added, len(shard), why,
+                        None if hidden is None else round(hidden, 6))
+        self.recorder.resized(resize)
+        self.channel.settle(step, {r: wire.Resize(shard, self._faults_of(r, step)) for r in range(len(keep))})
+        if added:
+            self.members.admit_joining(added)
+            self._admit(added, shard, step, early=self.channel.take_knocking())
+        return resize
+
+    def start_joining(self, target: int) -> list[int]:
+        """Start members, in the background, for every rank a world of `target` lacks (those not
+        started already): they say HELLO while the steps go on; `resize` admits them."""
+        if self.external:
+            return []
+        ranks = [r for r in range(self.world_size, target) if r not in self.members.joining]
+        for rank in [r for r in self.members.joining if r >= target]:
+            self.members.drop_joining(rank)
+        if ranks:
+            self.channel.expect_knocks()
+            self.members.start_joining(ranks, target)
+        return ranks
+
+    @property
+    def joining(self) -> list[int]:
+        """The ranks members are starting for, in the background."""
+        return sorted(self.members.joining) if not self.external and self.members is not None else []
+
+    def watch(self, seconds: float, step: int) -> None:
+        """Between steps, no plan out: wait `seconds` (0: one look) for a member's loss; RankLost
+        at once if one is gone (its pidfd, its connection)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            dead = self.channel.between_steps(deadline)
+            gone = sorted((set(dead) | self.dead_ranks()) & set(self.channel.members))
+            if gone:
+                raise self.channel.lost(gone[0], step, "died",
+                                        f"died while the run waited for arrivals (step {step})",
+                                        also=gone[1:])
+            if time.monotonic() >= deadline:
+                return
+
+    def joining_ready(self, until: float | None = None) -> bool:
+        """Whether every member started ahead has said HELLO (a dead one is started again)."""
+        if not self.joining:
+            return False
+        for rank in self.members.dead_joining():
+            self.channel.note(rank, f"the member started ahead for rank {rank} "
+                                    f"{self.members.explain_joining(rank)}: started again")
+            self.members.drop_joining(rank)
+            self.members.start_joining([rank], self.members.joining_world)
+        return self.channel.knocked(len(self.joining), until)
 
     def close(self) -> None:
         """Stop every worker (politely, then by signal, for those we spawned) and release the
@@ -295,7 +372,7 @@ class ProcessGroup:
         self.channel.resend(flight, self._attempt(flight.step))
 
     def _attempt(self, step: int) -> StepRecord:
-        record = StepRecord(step, self.epoch, 0)
+        record = StepRecord(step, self.epoch, 0, self.world_size)
         self.recorder.started(record)
         return record
 
@@ -360,6 +437,20 @@ class ProcessGroup:
                 first.ranks = tuple(e.rank for e in failed)
             raise first
         self.recorder.audit(step, self.epoch)
+
+
+class Resize(NamedTuple):
+    """The world changed size: who was kept (renumbered in order), lost and added."""
+    epoch: int             # the new epoch
+    step: int              # the next step to commit
+    old: int
+    new: int
+    kept: tuple[int, ...]  # for each new rank, the old rank of its member
+    lost: tuple[int, ...]  # old ranks whose members are gone
+    added: tuple[int, ...]  # new ranks new members joined at
+    shard_pages: int
+    why: str               # shrink, regrow, scale-down, scale-up
+    hidden: float | None = None   # seconds of the new members' start-up the steps did not wait for
 
 
 SPIN_US = 2000    # how long the scheduler spins for an answer before it sleeps (a free core only)

@@ -35,7 +35,8 @@ class Vetting(Protocol):
 class Admission:
     def __init__(self, channel: RankChannel, ranks: Collection[int], vetting: Vetting,
                  configure: Callable[[int], wire.Config], step: int, timeout: float,
-                 never_came: str, also_lost: Callable[[int], None] | None = None):
+                 never_came: str, also_lost: Callable[[int], None] | None = None,
+                 early: Collection = ()):
         self.channel = channel
         self.ranks = set(ranks)
         self.vetting = vetting
@@ -50,11 +51,14 @@ class Admission:
         self.num_refused = 0
         # a member outside `ranks` lost while we wait: replaced within the same window
         self.also_lost = also_lost
+        self.early = early                # messages read before (HELLOs of members started ahead)
 
     def run(self) -> None:
         """Wait until every rank is configured and ready, or raise RankLost."""
         channel = self.channel
         deadline = time.monotonic() + self.timeout
+        for frames, meta in self.early:
+            self.take(frames, meta)
         while len(self.ready) < len(self.ranks):
             dead, messages = channel.wait(deadline)
             for frames, meta in messages:

@@ -69,10 +69,19 @@ class Spawned:
         self._where: dict[int, int] = {}                # pid -> its place in `started`
         self.forgotten = 0                              # gone workers past MAX_GONE, counted
         self.abandoned: list[Template] = []             # templates given up on, closed at the end
+        self.joining: dict[int, tuple[WorkerProcess, float]] = {}   # rank -> started ahead, when
+        self.joining_world = 0                          # the world size they were started for
+        self._world = 0                                 # the world size being started for (0: now)
         channel.explain = self.explain
 
     def worker_args(self, rank: int, parent_pid: int, death_signal: bool) -> list[str]:
-        return worker_args(rank, self.channel.world_size, self.channel.address, parent_pid, death_signal)
+        return worker_args(rank, self.world, self.channel.address, parent_pid, death_signal)
+
+    @property
+    def world(self) -> int:
+        """The world size the workers being started are told: the channel's, or the size a
+        world grows to (`start_joining`)."""
+        return self._world or self.channel.world_size
 
     def argv(self, rank: int) -> list[str]:
         """A fresh interpreter's command line; the parent-death signal follows the spawning
@@ -87,6 +96,62 @@ class Spawned:
 
     def start(self, ranks: Sequence[int]) -> tuple[float, str]:
         """Start workers for `ranks`; the wait for their handshake, and what it means to miss it."""
+        for w in self._spawn(ranks):
+            self.workers[w.rank] = w
+            self.channel.transport.watch_process(w.rank, w.sentinel)
+        return self.started_ahead()
+
+    def started_ahead(self) -> tuple[float, str]:
+        return self.start_timeout, f"did not finish the handshake within {self.start_timeout:g} s"
+
+    # -- members started ahead, for a world that grows --------------------------------------
+
+    def start_joining(self, ranks: Sequence[int], world_size: int) -> None:
+        """Start workers for `ranks` of a world of `world_size`, in the background: they say
+        HELLO while the steps go on, and are admitted when the world grows (`admit_joining`)."""
+        self._world = world_size
+        try:
+            started = self._spawn(ranks)
+        finally:
+            self._world = 0
+        now = time.monotonic()
+        for w in started:
+            self.joining[w.rank] = (w, now)
+        self.joining_world = world_size
+
+    def admit_joining(self, ranks: Sequence[int]) -> None:
+        """The workers started ahead for `ranks` are the ones admission now waits for."""
+        for rank in ranks:
+            w, _ = self.joining.pop(rank)
+            self.workers[rank] = w
+            self.channel.transport.watch_process(rank, w.sentinel)
+
+    def joined_since(self, ranks: Sequence[int]) -> float:
+        """Seconds since the first of `ranks`' workers was started ahead."""
+        return time.monotonic() - min(self.joining[r][1] for r in ranks)
+
+    def dead_joining(self) -> list[int]:
+        return [r for r, (w, _) in self.joining.items() if not w.alive()]
+
+    def explain_joining(self, rank: int) -> str:
+        w = self.joining[rank][0]
+        w.wait(1.0)
+        return w.exit_description()
+
+    def drop_joining(self, rank: int) -> None:
+        w, _ = self.joining.pop(rank)
+        stop_workers([w], grace=0.0, term_wait=0.5)
+        if not w.alive():
+            self._forget(w)
+
+    def reshape(self, kept: dict[int, int], world_size: int) -> None:
+        """The world changed size: the kept workers answer to their new ranks."""
+        workers = {kept[r]: w for r, w in self.workers.items() if r in kept}
+        for rank, w in workers.items():
+            w.rank = rank
+        self.workers = workers
+
+    def _spawn(self, ranks: Sequence[int]) -> list[WorkerProcess]:
         started = None
         if self.command is not None:
             started = self.start_commands(ranks)
@@ -103,20 +168,18 @@ class Spawned:
                 self.template = None
                 self.channel.note(None, f"{e}: workers are started afresh from now on")
         if started is None:
-            started = spawn_workers(self.argv, self.channel.world_size, self.secret, ranks, self.log_dir)
+            started = spawn_workers(self.argv, self.world, self.secret, ranks, self.log_dir)
         for w in started:
-            self.workers[w.rank] = w
             self._where[w.pid] = len(self.started)
             self.started.append(w)
-            self.channel.transport.watch_process(w.rank, w.sentinel)
-        return self.start_timeout, f"did not finish the handshake within {self.start_timeout:g} s"
+        return started
 
     def start_commands(self, ranks: Sequence[int]) -> list[WorkerProcess]:
         """One instance of the worker command per rank, each in a process group of its own."""
         started: list[WorkerProcess] = []
         try:
             for rank in ranks:
-                argv = command_argv(self.command, self.channel.address, rank, self.channel.world_size)
+                argv = command_argv(self.command, self.channel.address, rank, self.world)
                 started.append(spawn_command(argv, rank, self.secret, log_path_of(self.log_dir, rank)))
         except BaseException:
             stop_workers(started, grace=0.0, term_wait=0.5)
@@ -184,6 +247,8 @@ class Spawned:
         """Healthy workers are asked to stop and given a second; those a failure was blamed on
         (dead, hung, lying) are not waited for: they get SIGTERM, then SIGKILL, at once."""
         lost = [w for w in self.workers.values() if w.rank in self.channel.blamed or not w.alive()]
+        lost += [w for w, _ in self.joining.values()]    # never admitted: nothing to ask politely
+        self.joining = {}
         healthy = [w for w in self.workers.values() if w not in lost]
         if lost:
             stop_workers(lost, grace=0.0, term_wait=0.5)
@@ -203,7 +268,7 @@ class Spawned:
         """Per rank, the pids of its workers, oldest first (a restart adds one)."""
         out: dict[int, list[int]] = {r: [] for r in range(self.channel.world_size)}
         for w in self.started:
-            out[w.rank].append(w.pid)
+            out.setdefault(w.rank, []).append(w.pid)
         return out
 
     @property
@@ -250,6 +315,14 @@ class External:
 
     def dead(self) -> set[int]:
         return set()
+
+    def reshape(self, kept: dict[int, int], world_size: int) -> None:
+        """The world changed size: each rank's history follows its kept member."""
+        self.pids = {kept[r]: p for r, p in self.pids.items() if r in kept}
+        self.hosts = {kept[r]: h for r, h in self.hosts.items() if r in kept}
+        for rank in range(world_size):
+            self.pids.setdefault(rank, [])
+            self.hosts.setdefault(rank, [])
 
     def retire(self, ranks: Sequence[int]) -> None:
         """Replaced members are told to exit (now, or when a partition heals and they hear it)."""

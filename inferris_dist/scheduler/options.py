@@ -14,6 +14,7 @@ from inferris_dist.protocol.placement import PlacementError, check_address, is_l
 
 if TYPE_CHECKING:       # annotations only: the command line reads the defaults as it builds a parser
     from inferris_dist.launcher import Template
+    from inferris_dist.scheduler.operator import Desk
     from inferris_dist.observe.timeline import Timeline
 
 
@@ -55,6 +56,10 @@ class LaunchOptions(NamedTuple):
     exec_cost: ExecCost | str = NO_EXEC_COST   # each rank takes this long to execute a step (a
                                         # model's time); text as --exec-cost takes it ("1ms"): see read
 
+    min_world_size: int = 1             # shrink: the fewest ranks the run goes on with (mechanism 14)
+    regrow: bool = False                # shrink: start replacements in the background, admit them
+                                        # when ready, back to the requested world size
+    operator: Desk | None = None        # pause: the desk instructions come to (operator.py)
     worker: str | None = None           # a worker command to start each rank with (launcher/command.py:
                                         # "{connect}", "{rank}", "{world_size}" filled in, the run
                                         # secret on its stdin); None: the project's own worker
@@ -71,7 +76,7 @@ class LaunchOptions(NamedTuple):
 
     def check(self) -> None:
         """Refuse, as bad input (WorkloadError), options that cannot work together."""
-        for name in ("audit_every", "max_restarts"):
+        for name in ("audit_every", "max_restarts", "min_world_size"):
             if type(getattr(self, name)) is not int:
                 raise WorkloadError(f"{name} must be an int, got {getattr(self, name)!r}")
         if not isinstance(self.exec_cost, ExecCost):
@@ -84,6 +89,16 @@ class LaunchOptions(NamedTuple):
         rung_named(self.rung)
         if self.on_rank_loss not in POLICIES:
             raise WorkloadError(f"unknown --on-rank-loss {self.on_rank_loss!r}; one of {', '.join(POLICIES)}")
+        if self.on_rank_loss == "pause" and self.operator is None:
+            raise WorkloadError("--on-rank-loss pause waits for an operator's instruction: it needs "
+                                "--serve (the operator's API is served there)")
+        if self.min_world_size < 1:
+            raise WorkloadError("--min-world-size must be >= 1")
+        if self.regrow and self.on_rank_loss != "shrink":
+            raise WorkloadError("--regrow grows back a world that shrank: it needs --on-rank-loss shrink")
+        if self.regrow and self.listen is not None:
+            raise WorkloadError("--regrow starts replacements here; with --listen nobody here starts "
+                                "workers")
         if self.audit_every < 0:
             raise WorkloadError("--audit-every must be >= 0")
         if self.max_restarts < 0:
@@ -117,6 +132,9 @@ class LaunchOptions(NamedTuple):
         """Refuse options that cannot work with this workload: a model time (`exec_cost`) that
         does not fit the step timeout at the workload's largest step would have a healthy rank
         reported as giving no answer."""
+        if self.min_world_size > workload.config.world_size:
+            raise WorkloadError(f"--min-world-size {self.min_world_size} is above the world size "
+                                f"{workload.config.world_size}: the run could never start")
         largest = workload.config.max_step_tokens
         cost = self.exec_cost.seconds(largest) if self.exec_cost else 0.0
         if cost >= self.step_timeout:

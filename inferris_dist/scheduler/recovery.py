@@ -42,9 +42,10 @@ from inferris_dist.engine import (
 )
 from inferris_dist.engine.errors import ShardDivergence
 from inferris_dist.protocol.faults import POLICIES
-from inferris_dist.scheduler.group import ProcessGroup
+from inferris_dist.scheduler.group import ProcessGroup, Resize
 from inferris_dist.scheduler.options import LaunchOptions
 
+LOOK_EVERY_S = 0.005       # while idle with no model time: how often the members are looked at
 BUSY_PHASES = ("prepare", "commit")   # the scheduler's own work in a step
 MAX_RECOVERIES_KEPT = 256       # recoveries kept between two takes (the restarts of one step)
 RECOVERABLE = (RankLost, GroupViolation, BoundaryViolation, ShardDivergence)
@@ -69,6 +70,8 @@ class Recovery(NamedTuple):
     preempted: tuple[str, ...] = ()
     in_audit: bool = False  # found by the shard audit, between steps
     hosts: tuple[str, ...] = ()   # where the replacements joined from (members we did not start)
+    resize: Resize | None = None  # the world changed size (shrink; a regrow has no failure)
+    waited: float = 0.0           # seconds the steps waited for it
 
 
 def _reading_through(cls: type) -> type:
@@ -95,6 +98,14 @@ class DistributedEngine:
         self.policy = options.on_rank_loss
         self.max_restarts = options.max_restarts
         self.num_restarts = 0
+        self.requested = group.world_size          # the world size asked for (mechanism 14)
+        self.min_world_size = options.min_world_size
+        self.regrow = options.regrow
+        self.desk = options.operator               # pause: where instructions come from
+        if self.policy == "pause" and self.desk is None:
+            raise ValueError("pause needs an operator's desk (options.operator)")
+        self.idle_s = options.exec_cost.per_step_ns / 1e9 if options.exec_cost else 0.0
+        self._next_look = 0.0                      # when an idle step without model time looks next
         self.recoveries: deque[Recovery] = deque(maxlen=MAX_RECOVERIES_KEPT)   # since take_recoveries()
         self.recoveries_unshown = 0                # recoveries past the kept ones, since the last take
         self._preempted_between_steps: list[str] = []  # by a recompute after an audit: shown next step
@@ -111,9 +122,18 @@ class DistributedEngine:
     def run(self) -> Iterator[StepTrace]:
         """Every step committed, with every rank's shard audited every `audit_every` steps that
         crossed the boundary, and always at the end."""
-        yield from (self._overlap_loop() if self.engine.rung.overlap else self._full_loop())
-        self._end_idle()
-        self._audit(self.engine.step_id - 1)
+        if self.desk is not None:
+            self.desk.set(phase="running", epoch=self.group.epoch, world_size=self._sizes())
+        try:
+            yield from (self._overlap_loop() if self.engine.rung.overlap else self._full_loop())
+            self._end_idle()
+            self._audit(self.engine.step_id - 1)
+        except BaseException:
+            if self.desk is not None:
+                self.desk.set(phase="failed")
+            raise
+        if self.desk is not None:
+            self.desk.set(phase="ended")
 
     # -- the two loops: one step, prepare, submit, collect or recover, commit -------------------
 
@@ -187,14 +207,74 @@ class DistributedEngine:
         if (self._idle_from is None and self.audit_every and not self.engine.done
                 and (trace.step + 1) % self.audit_every == 0):
             self._audit(trace.step)
+        if self.group.joining and not self.engine.done and self.group.joining_ready():
+            self._grow("regrow")
         self.engine.check_progress(trace)
+
+    def _grow(self, why: str, in_flight: PreparedStep | None = None) -> None:
+        """Admit the members started ahead, between two steps: the world grows back to its
+        requested size in a new epoch, every rank holding the pool (at `overlap` the next
+        step's plan, in flight, is sent again in it). `in_flight`: the step a paused run will
+        send again (scale-up: its failure is the caller's)."""
+        engine = self.engine
+        paused = in_flight is not None or self.policy == "pause" and why == "scale-up"
+        in_flight = in_flight if paused else engine.in_flight
+        step = in_flight.step if in_flight is not None else engine.next_step
+        failed_epoch = self.group.epoch
+        started = time.monotonic()
+        try:
+            with self.phase("recover", step):
+                resize = self.group.resize(range(self.group.world_size), engine.pool.slots.snapshot(),
+                                           step, why, add=len(self.group.joining))
+                if in_flight is not None and not paused:
+                    self.group.resend(in_flight.flight)
+        except RECOVERABLE as err:
+            if paused:
+                raise
+            err.step = step
+            if err.epoch is None:
+                err.epoch = self.group.epoch
+            if in_flight is None:
+                self._recover(err, None)
+            else:
+                self._recover_sent(err, in_flight, engine.send_in_flight, in_audit=True)
+            return
+        added = resize.added
+        self._keep(Recovery(step, failed_epoch, "grow", None, "", why, added,
+                            tuple(self.group.channel.members[r].pid for r in added), resize.shard_pages,
+                            in_audit=True, resize=resize, waited=time.monotonic() - started))
 
     def _idle_step(self) -> StepTrace:
         """No plan crosses: the scheduler answers an empty one itself (one record per stretch
-        of such steps)."""
+        of such steps). Meanwhile the ranks are watched: a loss while the run waits for
+        arrivals is seen at once (the pidfd of a worker we started, a connection closing) and
+        recovered, or paused, before the next step is planned. An idle step takes the model's
+        time of a step (--exec-cost's per-step part), watching."""
         if self._idle_from is None:
             self._idle_from = self.engine.step_id
-        return self.engine.idle_step()
+            if self.idle_s:
+                self.recorder.waiting()
+        trace = self.engine.idle_step()
+        self._watch_idle(trace.step)
+        return trace
+
+    def _watch_idle(self, step: int) -> None:
+        """The members watched through an idle step: for its model time, or with none, a look
+        every LOOK_EVERY_S (a million idle steps cost a clock read each, not a poll each)."""
+        if not self.idle_s:
+            now = time.monotonic()
+            if now < self._next_look:
+                return
+            self._next_look = now + LOOK_EVERY_S
+        while True:
+            try:
+                return self.group.watch(self.idle_s, step)
+            except RECOVERABLE as err:
+                self._end_idle()
+                if err.epoch is None:
+                    err.epoch = self.group.epoch
+                with self.phase("recover", step):
+                    self._recover(err, None)
 
     def _end_idle(self) -> None:
         if self._idle_from is not None:
@@ -258,6 +338,8 @@ class DistributedEngine:
         the first loss."""
         if self.policy == "abort":
             raise err
+        if self.policy == "pause":
+            return self._pause(err, prepared, in_audit)
         if self.num_restarts >= self.max_restarts:
             err.message += (f" (gave up after {self.num_restarts} restarts, "
                             f"--max-restarts {self.max_restarts})")
@@ -269,6 +351,8 @@ class DistributedEngine:
             try:
                 return self._restart_after(err, prepared, in_audit)
             except RankLost as again:           # the replacement did not come up
+                if again is err:                # nothing to replace it with: the run ends
+                    raise
                 if again.step is None:
                     again.step = first.step
                 if tries >= max(1, self.max_restarts) or (again.reason == "timeout" and self.group.external):
@@ -277,9 +361,10 @@ class DistributedEngine:
                     raise again from None
                 err = again
 
-    def _restart_after(self, err: EngineError, prepared, in_audit: bool = False):
-        """Replace the ranks `err` blames (every rank, when none can be blamed) by the policy;
-        returns the step to send again."""
+    def _restart_after(self, err: EngineError, prepared, in_audit: bool = False, policy: str | None = None):
+        """Replace the ranks `err` blames (every rank, when none can be blamed) by the policy
+        (or by `policy`, an operator's instruction); returns the step to send again."""
+        policy = policy or self.policy
         blamed = isinstance(err, (RankLost, ShardDivergence)) and err.rank is not None
         if blamed:
             # every rank found dead by now goes too (a fault on all ranks is one recovery, not N),
@@ -289,17 +374,151 @@ class DistributedEngine:
             ranks = list(range(self.group.world_size))
         in_audit = in_audit or prepared is None
         step = err.step if in_audit else prepared.step
-        restart = self._restore if self.policy == "restore" else self._recompute
         failed_epoch = self.group.epoch
+        started = time.monotonic()
+        if policy == "shrink" and blamed:
+            resize = self._shrink(err, ranks, step, "shrink" if policy == self.policy else "scale-down")
+            self._keep(Recovery(step, failed_epoch, err.kind, err.rank, err.message, "shrink", (), (),
+                                resize.shard_pages, in_audit=in_audit, resize=resize,
+                                waited=time.monotonic() - started))
+            return prepared
+        restart = self._recompute if policy == "recompute" else self._restore
         prepared, ranks, pids, pages, preempted = restart(ranks, step, prepared)
-        recovery = Recovery(step, failed_epoch, err.kind, err.rank, err.message, self.policy,
+        self._keep(Recovery(step, failed_epoch, err.kind, err.rank, err.message,
+                            "restore" if restart == self._restore else policy,
                             tuple(ranks), tuple(pids), pages, tuple(preempted), in_audit=in_audit,
-                            hosts=self.group.hosts_of(ranks))
+                            hosts=self.group.hosts_of(ranks), waited=time.monotonic() - started))
+        return prepared
+
+    # -- pause: an operator decides (mechanism 14) ------------------------------------------
+
+    def _pause(self, err: EngineError, prepared, in_audit: bool = False):
+        """pause: commit nothing more, say the status at the desk, and wait for an instruction
+        (until --pause-timeout, then its default): retry restores, scale-down shrinks, scale-up
+        restores and grows back to the size asked for, abort ends the run with the failure. An
+        instruction that cannot be carried out now is refused and the run stays paused; one
+        that fails on the way (a rank lost meanwhile) pauses again, on that loss."""
+        desk, group = self.desk, self.group
+        deadline = time.monotonic() + desk.pause_timeout
+        while True:
+            status = self._paused_status(err, prepared, in_audit)
+            desk.set(**status)
+            self.recorder.paused(status)
+            got = desk.wait(deadline)
+            if got is None:
+                ident, instruction, source = f"pause-timeout-{status['epoch']}", desk.default, "timeout"
+            else:
+                (ident, instruction), source = got, "operator"
+            if instruction not in status["can"]:
+                why = (f"{instruction} cannot be carried out now: "
+                       + ("the restarts are spent" if self.num_restarts >= self.max_restarts
+                          else {"scale-down": f"it would leave fewer than --min-world-size "
+                                              f"{self.min_world_size} ranks, or no rank is to blame",
+                                "scale-up": f"the world is at the size asked for ({self.requested})"}
+                          .get(instruction, "not now")))
+                self._answer(ident, instruction, status, source, 409, {"error": why}, keep=False)
+                if source == "timeout":       # the default cannot be done: the run ends
+                    instruction = "abort"
+                else:
+                    continue
+            self.recorder.instruction(ident, instruction, status["epoch"], source, 202 if instruction != "abort"
+                                      else 200, {"result": "accepted" if instruction != "abort" else "aborted"})
+            if instruction == "abort":
+                said = ("the operator said abort" if source == "operator" else
+                        f"no instruction within --pause-timeout {desk.pause_timeout:g} s: {desk.default}, "
+                        f"the default")
+                self._answer(ident, "abort", status, source, 200, {"result": "aborted"}, logged=True)
+                desk.set(phase="failed")
+                err.message += f" (paused; {said})"
+                raise err
+            self.num_restarts += 1
+            try:
+                if instruction == "scale-down":
+                    again = self._restart_after(err, prepared, in_audit, "shrink")
+                else:
+                    again = self._restart_after(err, prepared, in_audit, "restore")
+                    if instruction == "scale-up":
+                        self._grow_back(again)
+            except RECOVERABLE as new:
+                if new.step is None:
+                    new.step = err.step
+                if new.epoch is None:
+                    new.epoch = group.epoch
+                self._answer(ident, instruction, status, source, 200,
+                             {"result": "failed", "message": new.message, "epoch": group.epoch}, logged=True)
+                err = new
+                continue
+            self._answer(ident, instruction, status, source, 200,
+                         {"result": "applied", "epoch": group.epoch, "world_size": group.world_size}, logged=True)
+            desk.set(phase="running", epoch=group.epoch, world_size=self._sizes(), lost=[], survivors=[])
+            return again
+
+    def _paused_status(self, err: EngineError, prepared, in_audit: bool) -> dict:
+        group = self.group
+        blamed = isinstance(err, (RankLost, ShardDivergence)) and err.rank is not None
+        lost = sorted((set(err.ranks) if blamed else set()) | group.dead_ranks() | group.without_member())
+        survivors = [r for r in range(group.world_size) if r not in lost]
+        can = ["abort"]
+        if self.num_restarts < self.max_restarts:
+            can.insert(0, "retry")
+            if blamed and survivors and len(survivors) >= self.min_world_size:
+                can.insert(1, "scale-down")
+            if not group.external and (group.world_size < self.requested):
+                can.insert(-1, "scale-up")
+        reason = getattr(err, "reason", None) or err.kind
+        step = err.step if in_audit or prepared is None else prepared.step
+        return {"phase": "paused", "epoch": group.epoch, "step": step, "kind": err.kind,
+                "message": err.message, "lost": [{"rank": r, "reason": reason} for r in lost],
+                "survivors": survivors, "world_size": self._sizes(), "can": can,
+                "retryable": "retry" in can, "timeout_s": self.desk.pause_timeout,
+                "default": self.desk.default}
+
+    def _sizes(self) -> dict:
+        return {"requested": self.requested, "effective": self.group.world_size}
+
+    def _answer(self, ident: str, instruction: str, status: dict, source: str, code: int, body: dict,
+                keep: bool = True, logged: bool = False) -> None:
+        """The operator's answer; a refusal is logged here (an instruction carried out was logged,
+        accepted, before it was)."""
+        if not logged:
+            self.recorder.instruction(ident, instruction, status["epoch"], source, code, body)
+        if source == "operator":
+            self.desk.answer(ident, code, body, keep)
+
+    def _grow_back(self, prepared) -> None:
+        """scale-up: members started now for every rank the world lacks, admitted as soon as
+        they have said HELLO (the steps wait: the run is paused)."""
+        group = self.group
+        group.start_joining(self.requested)
+        until = time.monotonic() + group.options.start_timeout
+        while not group.joining_ready(until=min(until, time.monotonic() + 0.05)):
+            if time.monotonic() >= until:
+                raise group.channel.lost(group.joining[0], prepared.step if prepared is not None else
+                                         self.engine.next_step, "timeout",
+                                         f"did not join within {group.options.start_timeout:g} s")
+        self._grow("scale-up", in_flight=prepared)
+
+    def _keep(self, recovery: Recovery) -> None:
         if len(self.recoveries) == self.recoveries.maxlen:
             self.recoveries_unshown += 1           # a budget: many restarts in one step keep the last
         self.recoveries.append(recovery)
         self.recorder.recovered(recovery)
-        return prepared
+
+    def _shrink(self, err: EngineError, ranks, step: int, why: str = "shrink") -> Resize:
+        """shrink: the group goes on without the lost ranks, in a new epoch: the survivors are
+        renumbered in order and every one holds the pool again (the pages placed over the world
+        that remains); the same plan is sent again. Below --min-world-size the run ends. With
+        --regrow, replacements start in the background and join when they are ready."""
+        survivors = [r for r in range(self.group.world_size) if r not in ranks]
+        if len(survivors) < self.min_world_size:
+            err.message += (f"; shrinking would leave {len(survivors)} rank"
+                            f"{'' if len(survivors) == 1 else 's'}, below --min-world-size "
+                            f"{self.min_world_size}")
+            raise err
+        resize = self.group.resize(survivors, self.engine.pool.slots.snapshot(), step, why)
+        if self.regrow:
+            self.group.start_joining(self.requested)
+        return resize
 
     def _restore(self, ranks, step: int, prepared):
         """restore: new members whose shards are the control plane's pool; the same plan again."""

@@ -107,6 +107,12 @@ class Transport:
             self._poller.unregister(old)
         self.dead.discard(rank)
 
+    def reshape(self, world_size: int, kept: dict[int, int]) -> None:
+        """The channel's world changed size: the watched processes follow their new ranks."""
+        self.world_size = world_size
+        self.sentinels = {kept[r]: fd for r, fd in self.sentinels.items() if r in kept}
+        self.dead = {kept[r] for r in self.dead if r in kept}
+
     # -- receiving ---------------------------------------------------------------------
 
     def poll(self, deadline: float, next_due: Callable[[], float | None] | None = None) -> dict:

@@ -83,6 +83,7 @@ def opt(kinds: str | frozenset, meaning: str, choices: tuple = (), items: str | 
 
 TIME = req("number", "the scheduler's monotonic clock, seconds (an event's start where it has a dur)")
 MESSAGE_TYPES = tuple(m.name for m in MsgType)
+RESIZE_WHY = ("shrink", "regrow", "scale-down", "scale-up")   # the policy or the operator's instruction
 DROPPED = ("stale", "duplicate", "future", "void")
 LINK = ("lost", "delayed", "duplicated", "reordered")   # what a link fault did to a message
 PHASES = ("prepare", "execute", "commit", "recover")
@@ -213,6 +214,42 @@ EVENTS: dict[str, Event] = {
         "step": req("int", "the step it repeats or plans again"),
         "shard_pages": req("int", "pages in the shard the new members start from", sort="count"),
         "policy": req("str", "restore or recompute"),
+    }),
+    "resize": Event("the world changed size: members kept (renumbered in order), lost or added", {
+        "epoch": req("int", "the new epoch"),
+        "step": req("int", "the next step to commit (the one sent again, or planned next)"),
+        "from": req("int", "the world size before"),
+        "to": req("int", "the world size after"),
+        "kept": req("list", "for each new rank, in order, the old rank of the member kept there",
+                    items="int", sort="rank"),
+        "lost": req("list", "the old ranks whose members are gone", items="int", sort="rank"),
+        "added": req("list", "the new ranks new members joined at", items="int", sort="rank"),
+        "shard_pages": req("int", "pages in the shard every rank holds in the new world", sort="count"),
+        "why": req("str", "what decided it", RESIZE_WHY),
+        "hidden": opt("number", "seconds of the new members' start-up that ran while steps went on",
+                      sort="seconds"),
+    }),
+    "pause": Event("a run under pause stopped on a loss: its status, as the operator sees it", {
+        "epoch": req("int", "the epoch it paused in (an instruction must name it)"),
+        "step": req("int", "the step it will send again (or plan) once told"),
+        "kind": req("str", "the failure's kind"),
+        "message": req("str", "the failure in words"),
+        "lost": req("list", "each rank lost: {rank, reason}", items="object"),
+        "survivors": req("list", "the ranks still held", items="int", sort="rank"),
+        "world_size": req("object", "requested and effective"),
+        "can": req("list", "the instructions that can be carried out now", items="str"),
+        "timeout_s": req("number", "--pause-timeout"),
+        "default": req("str", "what the timeout does (--pause-default)"),
+    }),
+    "instruction": Event("an operator's instruction answered (or the pause timeout's default)", {
+        "id": req("str", "the instruction's id"),
+        "instruction": req("str", "retry, scale-down, scale-up or abort", ("retry", "scale-down",
+                                                                             "scale-up", "abort")),
+        "epoch": req("int", "the epoch it was carried out in"),
+        "source": req("str", "who gave it", ("operator", "timeout")),
+        "code": req("int", "202: accepted, carried out next (a restart or a resize follows); 200: abort; "
+                           "409: refused, the run stays paused"),
+        "answer": req("object", "the answer"),
     }),
     "rejoin-wait": Event("--listen: the wait for replacements; t is its start", {
         "ranks": req("list", "the ranks waited for", items="int"),

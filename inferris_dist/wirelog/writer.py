@@ -91,6 +91,15 @@ class WireLog:
             except OSError as e:
                 self._lost(e)
 
+    def flush(self) -> None:
+        """What is buffered, to the file now (the run is about to wait: a follower sees it)."""
+        if self.broken is None:
+            try:
+                self.stream.flush()
+                self._flushed = time.monotonic()
+            except OSError as e:
+                self._lost(e)
+
     def _write(self, obj: dict) -> None:
         """One line; a write the machine refuses (a full disk) loses the log, not the run: it
         is remembered, said at the end, and nothing more is written."""

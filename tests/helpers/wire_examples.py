@@ -1,7 +1,8 @@
 """The wire's examples for docs/protocol.md, taken from real runs, and how an example is shown.
 
 `python -m tests.helpers.wire_examples` runs two tiny launches on real worker processes (world
-size 2: one at `full` with faults, a restore and audits; one at `overlap`), records every frame
+size 2: one at `full` with faults, a restore and audits; one at `overlap`; and one of world size
+3 that shrinks to 2), records every frame
 the scheduler's socket sends and receives, and prints one example per message type in the form
 docs/protocol.md holds them: a `<!-- example: NAME -->` line, then for each frame a ```hex block
 and a ```text block with its value in msgpack diagnostic notation (`show`). The REFUSED is the
@@ -93,9 +94,9 @@ class Tap:
         self.seen: list[tuple[str, list[bytes]]] = []
 
     def __enter__(self):
-        from inferris_dist.scheduler import channel
-        self.channel = channel
-        self.send_frames, self.recv = channel.send_frames, channel.RankChannel._recv
+        from inferris_dist.scheduler import transport
+        self.transport = transport
+        self.send_frames, self.recv = transport.send_frames, transport.Transport._recv
         tap = self
 
         def send_frames(sock, frames, flags=0):
@@ -107,11 +108,11 @@ class Tap:
             if got is not None:
                 tap.seen.append(("in", [bytes(f) for f in got[0][1:]]))
             return got
-        channel.send_frames, channel.RankChannel._recv = send_frames, recv
+        transport.send_frames, transport.Transport._recv = send_frames, recv
         return self
 
     def __exit__(self, *exc):
-        self.channel.send_frames, self.channel.RankChannel._recv = self.send_frames, self.recv
+        self.transport.send_frames, self.transport.Transport._recv = self.send_frames, self.recv
 
     def find(self, direction: str, kind: MsgType, test=lambda h, frames: True) -> list[bytes]:
         for d, frames in self.seen:
@@ -175,10 +176,22 @@ def overlap_run(tmp: str) -> Tap:
     return tap
 
 
+def shrink_run(tmp: str) -> Tap:
+    """World size 3 under shrink: rank 1 crashes at step 3, ranks 0 and 2 go on as 0 and 1."""
+    import inferris_dist
+    with Tap() as tap, inferris_dist.launch(WORKLOAD, world_size=3, on_rank_loss="shrink",
+                                            faults=["1:crash@3", "1:delay@5:0"],
+                                            wire_log=os.path.join(tmp, "wire3.jsonl")) as engine:
+        for _ in engine.run():
+            pass
+    return tap
+
+
 def examples() -> list[tuple[str, list[bytes]]]:
     with tempfile.TemporaryDirectory() as tmp:
         tap, refused = full_run(tmp)
         ahead = overlap_run(tmp)
+        shrunk = shrink_run(tmp)
 
     def plan_with(h, frames) -> bool:
         body = wire.decode_plan_columns(frames[1])
@@ -210,6 +223,8 @@ def examples() -> list[tuple[str, list[bytes]]]:
         ("SHARD", tap.find("in", MsgType.SHARD, lambda h, f: len(f[1]) > 40)),
         ("STOP", tap.find("out", MsgType.STOP)),
         ("REFUSED", refused),
+        ("RESIZE", shrunk.find("out", MsgType.RESIZE, lambda h, f: h.rank == 1)),
+        ("READY, after a RESIZE", shrunk.find("in", MsgType.READY, lambda h, f: h.epoch == 1 and h.rank == 1)),
     ]
 
 
