@@ -28,7 +28,8 @@ from inferris_dist.chaos.schedules import (
     workload_key,
 )
 from inferris_dist.engine import Workload, WorkloadError
-from inferris_dist.protocol.faults import POLICIES, kind_of
+from inferris_dist.chaos.verdicts import CHAOS_POLICIES as POLICIES
+from inferris_dist.protocol.faults import kind_of
 
 REPORT_VERSION = 1
 
@@ -105,7 +106,11 @@ def schedule_at(config: ChaosConfig, index: int, steps_of: Callable[[Workload, s
     steps = steps_of(config.by_name[name], rung)
     faults = draw_faults(generator(config.seed, index), steps, n, config.kinds, config.max_faults,
                          config.step_timeout)
-    return Schedule(index, name, rung, policy, n, faults)
+    if policy != "pause":
+        return Schedule(index, name, rung, policy, n, faults)
+    from inferris_dist.chaos.operators import draw_operator
+    moves, default = draw_operator(generator(config.seed, index, "operator"), len(faults))
+    return Schedule(index, name, rung, policy, n, faults, moves, default)
 
 
 def shard_indices(shard: tuple[int, int], runs: int | None) -> Iterator[int]:

@@ -154,9 +154,17 @@ class Session:
             options["exec_cost"] = self.exec_cost
         if self.engine_class is not None:
             options["engine_class"] = self.engine_class
+        policy, operator = schedule.policy, None
+        if policy == "regrow":                     # chaos's name for shrink with --regrow
+            policy, options["regrow"] = "shrink", True
+        elif policy == "pause":                    # a scripted operator at the desk
+            from inferris_dist.chaos.operators import PAUSE_TIMEOUT_S, ScriptedOperator
+            from inferris_dist.scheduler.operator import Desk
+            options["operator"] = desk = Desk(PAUSE_TIMEOUT_S, schedule.pause_default)
+            operator = ScriptedOperator(desk, schedule.operator).start()
         started = time.monotonic()
         try:
-            run = run_on_processes(workload, schedule.faults, schedule.policy,
+            run = run_on_processes(workload, schedule.faults, policy,
                                    world_size=schedule.world_size, **options)
         except WorkloadError:
             raise                                  # bad input is the caller's, not a finding
@@ -164,11 +172,16 @@ class Session:
             outcome = Outcome(schedule, None, Break("crashed", f"{type(e).__name__}: {e}"), [],
                               time.monotonic() - started, log if log.exists() else None)
             return outcome
+        finally:
+            if operator is not None:
+                operator.stop()
         seconds = time.monotonic() - started
         left = still_running(run.pids, self.left_within)
         dirs = run_dirs_left({self.template.log_dir} if self.template is not None else set())
         brk = judge_run(reference, run, schedule.faults, schedule.policy, wire_log=log,
                         checkers=self.checkers, left_running=left, run_dirs_left=dirs)
+        if brk is None and operator is not None and operator.problems:
+            brk = Break("operator", operator.problems[0])
         fired = [f.kind for f in fired_faults(schedule.faults, run)]
         if brk is None:
             log.unlink(missing_ok=True)

@@ -86,27 +86,35 @@ def parse_kind_weights(text: str | None, kinds: Mapping[str, KindInfo] | None = 
 
 @dataclass(frozen=True)
 class Schedule:
-    """One run to make: which workload (by name), rung, policy, world size, and the faults."""
+    """One run to make: which workload (by name), rung, policy, world size, and the faults; under
+    pause, the operator's moves and what its pause timeout applies (chaos/operators.py)."""
     index: int
     workload: str
     rung: str
     policy: str
     world_size: int
     faults: tuple[str, ...]
+    operator: tuple[str, ...] = ()
+    pause_default: str = "abort"
 
     def to_json(self) -> dict:
         out = asdict(self)
         out["faults"] = list(self.faults)
+        out["operator"] = list(self.operator)
         return out
 
     @classmethod
     def from_json(cls, obj: dict) -> "Schedule":
         return cls(int(obj["index"]), str(obj["workload"]), str(obj["rung"]), str(obj["policy"]),
-                   int(obj["world_size"]), tuple(obj["faults"]))
+                   int(obj["world_size"]), tuple(obj["faults"]), tuple(obj.get("operator", ())),
+                   str(obj.get("pause_default", "abort")))
 
     def __str__(self) -> str:
-        return (f"{self.workload} {self.rung} {self.policy} world size {self.world_size}: "
+        said = (f"{self.workload} {self.rung} {self.policy} world size {self.world_size}: "
                 f"{' '.join(self.faults)}")
+        if self.operator:
+            said += f"; operator {' '.join(self.operator)} (its timeout: {self.pause_default})"
+        return said
 
 
 def generator(seed: int, index: int, what: str = "schedule") -> random.Random:

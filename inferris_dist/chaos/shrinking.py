@@ -295,9 +295,7 @@ def shrink(workload: Workload, schedule: Schedule, brk: Break, *, session=None,
             raise TypeError("shrink needs a session or a test")
 
         def test(c: Candidate) -> Break | None:
-            s = Schedule(schedule.index, schedule.workload, schedule.rung, schedule.policy, c.world_size,
-                         c.faults)
-            return session.run(c.workload, s).brk
+            return session.run(c.workload, replace(schedule, world_size=c.world_size, faults=c.faults)).brk
         steps_of = (lambda w: session.reference(w, schedule.rung).steps)
     else:
         from inferris_dist.chaos.verdicts import reference_of
@@ -415,17 +413,25 @@ def workload_text(data: dict) -> str:
 
 
 def reproduce_command(spec: Path, faults: Sequence[str], policy: str, world_size: int, rung: str = "full",
-                      max_restarts: int = 3, step_timeout: float = 10.0, worker: str | None = None) -> str:
+                      max_restarts: int = 3, step_timeout: float = 10.0, worker: str | None = None,
+                      pause_default: str = "abort") -> str:
     """The `inferris-dist compare` command that runs a reproducer (on `worker`, a worker
-    command, when the break was found on one)."""
+    command, when the break was found on one); under pause, the `launch` that waits for an
+    operator (the schedule's moves are in the report)."""
     try:
         shown = os.path.relpath(spec) if not os.path.relpath(spec).startswith("..") else str(spec)
     except ValueError:
         shown = str(spec)
-    argv = ["inferris-dist", "compare", "--spec", shown]
+    argv = ["inferris-dist", "launch" if policy == "pause" else "compare", "--spec", shown]
     for f in faults:
         argv += ["--fault", f]
-    argv += ["--on-rank-loss", policy, "--world-size", str(world_size)]
+    if policy == "regrow":
+        argv += ["--on-rank-loss", "shrink", "--regrow"]
+    elif policy == "pause":           # an operator answers at the URL it prints (inferris-dist ft)
+        argv += ["--on-rank-loss", "pause", "--serve", "127.0.0.1:0", "--pause-default", pause_default]
+    else:
+        argv += ["--on-rank-loss", policy]
+    argv += ["--world-size", str(world_size)]
     if rung != "full":
         argv += ["--rung", rung]
     if max_restarts != 3:
@@ -450,11 +456,11 @@ def write_reproducer(shrunk: Shrunk, schedule: Schedule, directory: Path, *, ses
                     lambda: _write_fresh(directory, stem or f"break-{schedule.index}", ".spec.json",
                                          workload_text(data)))
     command = reproduce_command(spec, c.faults, schedule.policy, c.world_size, schedule.rung,
-                                max_restarts, step_timeout, getattr(session, "worker", None))
+                                max_restarts, step_timeout, getattr(session, "worker", None),
+                                schedule.pause_default)
     repro = Reproducer(command, spec, c.faults, schedule.policy, c.world_size)
     if session is not None:
-        s = Schedule(schedule.index, schedule.workload, schedule.rung, schedule.policy, c.world_size,
-                     c.faults)
+        s = replace(schedule, world_size=c.world_size, faults=c.faults)
         for _ in range(reruns):
             repro.of += 1
             outcome = session.run(c.workload, s)

@@ -6,9 +6,11 @@ constant) and a one-line reason. The classes, in the order they are judged:
 - `differs`: a run with no failure whose trace (restore, abort) or summary (recompute) is not
   the in-process run's;
 - `failed`: restore or recompute ended in an error though no fault that keeps coming back
-  fired (the restarts ran out, or the failure is not one a recovery takes);
-- `steps-before`: abort, or restore ended by a repeating fault: the steps before the failure
-  are not the reference's;
+  fired (the restarts ran out, or the failure is not one a recovery takes); shrink, regrow or
+  pause ended in one it was not told to end in (the floor, the restarts spent, the operator's
+  or the pause timeout's abort);
+- `steps-before`: abort, or restore ended by a repeating fault, or shrink, regrow or pause
+  ended as told: the steps before the failure are not the reference's;
 - `failure-kind`: such a failure is not one a fault makes (RankLost, GroupViolation,
   BoundaryViolation, ShardDivergence), or came before any step;
 - `blame`: such a failure blames a rank no fault fired on by its step, or comes before any
@@ -17,7 +19,11 @@ constant) and a one-line reason. The classes, in the order they are judged:
 - `counters`: restore: the counters of the wire log's `step` events are not the reference's;
 - `leftover`: a worker process of the run still runs after it ended;
 - `run-dir`: a run directory of the run is left in the temp directory;
-- `crashed`: the run raised something other than an engine error (an internal error).
+- `crashed`: the run raised something other than an engine error (an internal error);
+- `operator`: under pause, the operator's desk broke one of its rules (a stale epoch taken, an
+  id answered twice differently, an instruction the status offered refused).
+
+The policies chaos draws are the launch's and `regrow` (shrink with --regrow): CHAOS_POLICIES.
 """
 from __future__ import annotations
 
@@ -30,11 +36,12 @@ from inferris_dist.chaos.runs import Run
 from inferris_dist.engine import Engine, Workload
 from inferris_dist.engine.trace import StepTrace
 from inferris_dist.judge.promise import STEP_FAILURES, comparable, error_said, first_difference, judge
-from inferris_dist.protocol.faults import Fault, parse_fault
+from inferris_dist.protocol.faults import POLICIES, Fault, parse_fault
 
 PROMISE_KINDS = ("differs", "failed", "steps-before", "failure-kind", "blame")   # judge_promise's:
                                                                           # what compare also sees
-BREAK_KINDS = PROMISE_KINDS + ("wire-log", "counters", "leftover", "run-dir", "crashed")
+BREAK_KINDS = PROMISE_KINDS + ("wire-log", "counters", "leftover", "run-dir", "crashed", "operator")
+CHAOS_POLICIES = POLICIES + ("regrow",)
 
 
 @dataclass(frozen=True)
@@ -109,11 +116,21 @@ def judge_promise(reference: Reference, run: Run, faults: Sequence[str], policy:
     ref_failed = bool(reference.lines) and "error" in reference.lines[-1]
     if ref_failed and judge(reference.lines, run.lines, policy)["holds"]:
         return None                       # the workload fails in process too, alike
-    if policy == "abort":
+    if policy == "abort" or policy in ELASTIC and _ended_as_told(run.lines[-1]):
         return _judge_failure(reference, run, fired, steps_before=True, policy=policy)
     if any(f.repeat for f in fired):
         return _judge_failure(reference, run, fired, steps_before=policy == "restore", policy=policy)
     return Break("failed", f"{policy} ended in {_error_words(run.lines[-1])}")
+
+
+ELASTIC = ("shrink", "regrow", "pause")      # mechanism 14: a failure there ends as told, or not at all
+# What says a run of ELASTIC ended as it was told to: the floor, the restarts (or one recovery's
+# tries) spent, the operator (or the pause timeout's default) saying abort.
+ENDED_AS_TOLD = ("below --min-world-size", "gave up after", "replacing after the first loss", "(paused; ")
+
+
+def _ended_as_told(err: dict) -> bool:
+    return any(words in str(err.get("message", "")) for words in ENDED_AS_TOLD)
 
 
 def _judge_failure(reference: Reference, run: Run, fired: list[Fault], steps_before: bool,
@@ -130,8 +147,12 @@ def _judge_failure(reference: Reference, run: Run, fired: list[Fault], steps_bef
     step = err.get("step")
     if step is None:
         return Break("failure-kind", f"{policy} ended in {words}, before any step")
+    # at overlap the next step's plan is out while a step is awaited: a fault at it can act
+    # first (a partition cuts from the plan before); under shrink, regrow or pause a recovery
+    # sends that plan again, and its faults act within the recovery of the step before
     early = 1 if reference.rung == "overlap" else 0
-    before = [f for f in fired if f.step - (early if f.kind == "partition" else 0) <= step]
+    before = [f for f in fired
+              if f.step - (early if f.kind == "partition" or policy in ELASTIC else 0) <= step]
     if not before:
         return Break("blame", f"{policy} ended in {words}, before any fault fired")
     rank, ranks = err.get("rank"), err.get("ranks") or ([err["rank"]] if err.get("rank") is not None else [])

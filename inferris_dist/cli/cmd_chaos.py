@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from inferris_dist.chaos.harness import DEFAULT_STEP_TIMEOUT
+from inferris_dist.chaos.verdicts import CHAOS_POLICIES as POLICIES
 from inferris_dist.chaos.verdicts import PROMISE_KINDS
 from inferris_dist.cli import render
 from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK, UsageError, int_arg
@@ -18,7 +19,7 @@ from inferris_dist.cli.flags import add_knob_flags, add_max_restarts, add_step_t
 from inferris_dist.cli.workload_source import workload_from_flags
 from inferris_dist.engine import WorkloadError
 from inferris_dist.engine.rungs import NAMES as RUNG_NAMES
-from inferris_dist.protocol.faults import LINK_KINDS, POLICIES
+from inferris_dist.protocol.faults import LINK_KINDS
 
 DEFAULT_RUNS = 100
 
@@ -50,7 +51,8 @@ def add_arguments(p) -> None:
     e.add_argument("--rung", type=_list_of(RUNG_NAMES, "rung"), default=("full",), metavar="R[,R]",
                    help=f"rungs of the ladder (default full; {', '.join(RUNG_NAMES)})")
     e.add_argument("--policy", type=_list_of(POLICIES, "policy"), default=("restore", "recompute"),
-                   metavar="P[,P]", help="recovery policies (default restore,recompute)")
+                   metavar="P[,P]", help="recovery policies (default restore,recompute; also abort, shrink, "
+                        "regrow: shrink with --regrow, pause: a scripted operator answers)")
     e.add_argument("--world-size", type=_int_list, metavar="N[,N]",
                    help="world sizes (default: each workload's own)")
     e.add_argument("--kinds", metavar="KIND[=W],...",

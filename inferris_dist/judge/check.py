@@ -714,10 +714,7 @@ class _Checker:
             for rank, at in sorted(self.lost.items()):
                 if rank not in lost:
                     say(f"the shrink into epoch {new} keeps rank {rank}, lost at line {at}", rank)
-            self.recoveries += 1
-            most = self.run_event.get("max_restarts")
-            if type(most) is int and self.recoveries > most:
-                say(f"recovery {self.recoveries} of a run allowed max_restarts {most}")
+            self._counted(say)
         elif lost or to > requested or not added:
             say(f"a {why} from {self.n} to {to} ranks (it may only add ranks, up to the {requested} asked for)")
         members = {r: None for r in range(to)}
@@ -727,9 +724,9 @@ class _Checker:
             if self.members.get(r) is not None:
                 self.retired[r] = (self.members[r], new)
         self.members, self.n = members, to
-        self.resize_due = {i: ev["shard_pages"] for i in range(len(kept))}
         self.fatal.clear()                       # the ranks are other members' now
         self._enter_epoch(new)
+        self.resize_due = {i: ev["shard_pages"] for i in range(len(kept))}
 
     def _enter_epoch(self, new: int) -> None:
         """A restart or a resize moved the run to epoch `new`: what was in flight is closed."""
@@ -740,6 +737,7 @@ class _Checker:
         for key in [k for k in self.audits if k[1] < new]:
             del self.audits[key]
         self.lost.clear()
+        self.resize_due = {}                     # a RESIZE owed in the epoch before is owed no more
         self.failed_at, self.sent_in_epoch, self.restarted_into, self.root = None, False, new, None
 
     def ev_pause(self, ev: dict, line: int) -> None:
@@ -795,6 +793,8 @@ class _Checker:
         elif policy == "pause":
             if theirs != "restore" or self.instructed not in ("retry", "scale-up"):
                 say(f"a restart under pause that no retry or scale-up instruction asked for")
+        elif policy == "shrink" and theirs == "restore":
+            pass                                 # a failure no rank can be blamed for: restored
         elif theirs is not None and theirs != policy:
             say(f"a restart under policy {shown(str(theirs))[:32]} in a run whose policy is "
                 f"{shown(str(policy))[:32]}")
@@ -809,6 +809,11 @@ class _Checker:
             if rank not in replaced:
                 say(f"the restart into epoch {new} does not replace rank {rank}, lost at line {at} (it "
                     f"replaces {_ranks(replaced)})", rank)
+        self._counted(say)
+
+    def _counted(self, say) -> None:
+        """One more recovery, or one more try of the one under way (a restart or resize out of
+        an epoch a restart or resize began that sent nothing), within max_restarts."""
         if self.epoch > 0 and self.restarted_into == self.epoch and not self.sent_in_epoch:
             self.tries += 1                      # the replacement did not come up: the same recovery
         else:

@@ -254,7 +254,8 @@ class RankChannel:
         what came (without blocking, or until `until`)."""
         if self.knocking is None:
             return False
-        self.between_steps(time.monotonic() if until is None else until)
+        if not self.in_flight:      # with a plan out, its gather reads them (and keeps the HELLOs)
+            self.between_steps(time.monotonic() if until is None else until)
         return len({frames[0] for frames, _ in self.knocking}) >= count
 
     def between_steps(self, deadline: float) -> list[int]:
@@ -266,6 +267,8 @@ class RankChannel:
             rank = self.rank_of.get(frames[0])
             if rank is None:
                 self.stranger(frames, None if meta is LINK_DONE else meta)
+            elif self.in_flight:                  # a reply to a plan out: kept for its gather
+                self.take(frames, meta, self.in_flight[min(self.in_flight)])
             else:
                 self._between(rank, frames)
         return dead

@@ -113,6 +113,8 @@ class Desk:
             self.answers[ident] = (code, body)
             if not keep:
                 self.fleeting.add(ident)
+                if self.status["phase"] == "recovering":
+                    self.status = {**self.status, "phase": "paused"}   # refused: still paused, at once
             while len(self.answers) > MAX_ANSWERS:
                 self.answers.popitem(last=False)
             self.carrying = None
