@@ -19,6 +19,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -313,3 +314,32 @@ def test_ft_without_a_token_is_bad_input():
     proc = subprocess.run([*CLI, "ft", "http://127.0.0.1:9", "status"], capture_output=True, text=True,
                           env=env, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no token" in proc.stderr
+
+
+@pytest.mark.invariant("elastic-world/5")
+def test_scale_up_after_a_scale_down_returns_to_the_size_asked_for(tmp_path):
+    from inferris_dist.scheduler.operator import Desk
+    desk = Desk(pause_timeout=30)
+    answers: list = []
+
+    def operator() -> None:
+        for move in ("scale-down", "scale-up"):
+            with desk.changed:
+                desk.changed.wait_for(lambda: desk.status["phase"] == "paused"
+                                      and move in desk.status["can"], timeout=30)
+                epoch = desk.status["epoch"]
+            answers.append(desk.apply(move, move, epoch))
+    thread = threading.Thread(target=operator, daemon=True)
+    thread.start()
+    workload = load_workload(GOLDEN / "random_001.spec.json").with_config(world_size=3)
+    log = tmp_path / "wire.jsonl"
+    with inferris_dist.launch(workload, on_rank_loss="pause", operator=desk, faults=["1:crash@2", "1:crash@6"],
+                              wire_log=str(log)) as engine:
+        lines = [json.loads(engine.json_line(t)) for t in engine.run()] + [{"summary": engine.summary()}]
+        final = engine.group.world_size
+    thread.join(timeout=5)
+    assert [a[1]["world_size"] for a in answers] == [2, 3] and final == 3
+    assert lines == reference(workload)
+    assert [(r["why"], r["from"], r["to"]) for r in events(log, "resize")] == [("scale-down", 3, 2),
+                                                                              ("scale-up", 2, 3)]
+    assert_checks(log)

@@ -208,29 +208,21 @@ class DistributedEngine:
                 and (trace.step + 1) % self.audit_every == 0):
             self._audit(trace.step)
         if self.group.joining and not self.engine.done and self.group.joining_ready():
-            self._grow("regrow")
+            self._grow()
         self.engine.check_progress(trace)
 
-    def _grow(self, why: str, in_flight: PreparedStep | None = None) -> None:
-        """Admit the members started ahead, between two steps: the world grows back to its
-        requested size in a new epoch, every rank holding the pool (at `overlap` the next
-        step's plan, in flight, is sent again in it). `in_flight`: the step a paused run will
-        send again (scale-up: its failure is the caller's)."""
+    def _grow(self) -> None:
+        """--regrow: admit the members started ahead, between two steps (at `overlap` the next
+        step's plan, in flight, is sent again in the new epoch); a failure on the way is
+        recovered as any other found between steps."""
         engine = self.engine
-        paused = in_flight is not None or self.policy == "pause" and why == "scale-up"
-        in_flight = in_flight if paused else engine.in_flight
+        in_flight = engine.in_flight
         step = in_flight.step if in_flight is not None else engine.next_step
-        failed_epoch = self.group.epoch
-        started = time.monotonic()
         try:
-            with self.phase("recover", step):
-                resize = self.group.resize(range(self.group.world_size), engine.pool.slots.snapshot(),
-                                           step, why, add=len(self.group.joining))
-                if in_flight is not None and not paused:
-                    self.group.resend(in_flight.flight)
+            self._admit_joining("regrow", step)
+            if in_flight is not None:
+                self.group.resend(in_flight.flight)
         except RECOVERABLE as err:
-            if paused:
-                raise
             err.step = step
             if err.epoch is None:
                 err.epoch = self.group.epoch
@@ -238,7 +230,16 @@ class DistributedEngine:
                 self._recover(err, None)
             else:
                 self._recover_sent(err, in_flight, engine.send_in_flight, in_audit=True)
-            return
+
+    def _admit_joining(self, why: str, step: int) -> None:
+        """The world grows back to its requested size in a new epoch: the members started ahead
+        admitted after the kept ones, every rank holding the pool; what the steps waited for it
+        measured."""
+        failed_epoch = self.group.epoch
+        started = time.monotonic()
+        with self.phase("recover", step):
+            resize = self.group.resize(range(self.group.world_size), self.engine.pool.slots.snapshot(),
+                                       step, why, add=len(self.group.joining))
         added = resize.added
         self._keep(Recovery(step, failed_epoch, "grow", None, "", why, added,
                             tuple(self.group.channel.members[r].pid for r in added), resize.shard_pages,
@@ -487,16 +488,16 @@ class DistributedEngine:
 
     def _grow_back(self, prepared) -> None:
         """scale-up: members started now for every rank the world lacks, admitted as soon as
-        they have said HELLO (the steps wait: the run is paused)."""
+        they have said HELLO (the steps wait: the run is paused; a failure is the pause's)."""
         group = self.group
+        step = prepared.step if prepared is not None else self.engine.next_step
         group.start_joining(self.requested)
         until = time.monotonic() + group.options.start_timeout
         while not group.joining_ready(until=min(until, time.monotonic() + 0.05)):
             if time.monotonic() >= until:
-                raise group.channel.lost(group.joining[0], prepared.step if prepared is not None else
-                                         self.engine.next_step, "timeout",
+                raise group.channel.lost(group.joining[0], step, "timeout",
                                          f"did not join within {group.options.start_timeout:g} s")
-        self._grow("scale-up", in_flight=prepared)
+        self._admit_joining("scale-up", step)
 
     def _keep(self, recovery: Recovery) -> None:
         if len(self.recoveries) == self.recoveries.maxlen:
