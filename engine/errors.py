@@ -91,6 +91,7 @@ class RankLost(EngineError):
                  epoch: int | None = None, reason: str = "lost", ranks: tuple[int, ...] = ()):
         super().__init__(message, step, rank, epoch, ranks)
         self.reason = reason    # died, timeout, protocol, unreachable
+        self.wavefront: list[str] = []   # at a deadline: where every rank was, a line each
 
     def to_json(self) -> dict:
         out = super().to_json()

@@ -64,9 +64,10 @@ def recorded(spec, rung: str = "full", keep_steps: bool = True):
 
 
 def deterministic(doc: dict) -> dict:
-    """The document without what was measured (wall time per step, the ranks)."""
+    """The document without what was measured (wall time per step, the ranks, the arrivals)."""
     doc = dict(doc)
     doc.pop("ranks")
+    doc.pop("arrivals")
     doc["steps"] = {k: v for k, v in doc["steps"].items() if k != "wall_s"}
     return doc
 
@@ -236,7 +237,8 @@ def test_run_and_launch_agree_on_every_deterministic_number(tmp_path, which):
     assert plain.stdout == ran.stdout == launched.stdout         # --json: not a byte changed
     a = json.loads((tmp_path / "run.json").read_text())
     b = json.loads((tmp_path / "launch.json").read_text())
-    assert a["ranks"] is None and "wall_s" not in a["steps"]
+    assert a["ranks"] is None and a["arrivals"] is None and "wall_s" not in a["steps"]
+    assert b["arrivals"]["steps"] == b["run"]["busy_steps"] and b["arrivals"]["waited_s"] >= 0
     assert deterministic(a) == deterministic(b)
     assert "error" not in a and "error" not in b
     wall = b["steps"]["wall_s"]

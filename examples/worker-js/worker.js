@@ -99,9 +99,13 @@ function parseArgs(argv) {
   return { connect, rank, worldSize, keys: opts.keys, joinTimeout };
 }
 
-/** Sleeps the whole thread (only before the event loop serves anything: reading the secret). */
+/**
+ * Sleeps the whole thread: before the event loop serves anything (reading the secret), and for the
+ * last 2 ms at most of a wait (Worker.waitUntil). `ms` may be fractional.
+ */
+const nobodyWakes = new Int32Array(new SharedArrayBuffer(4));
 function blockFor(ms) {
-  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+  Atomics.wait(nobodyWakes, 0, 0, ms);
 }
 
 /**
@@ -432,10 +436,18 @@ class Shard {
 
 const FAULT_WHEN = {
   crash: 'before', exit: 'before', hang: 'before', delay: 'before',
+  slow: 'time', jitter: 'time',
   disagree: 'outcome', 'bad-writes': 'outcome',
   garble: 'send', duplicate: 'send', stale: 'send',
   'crash-after-reply': 'after-reply',
   'drop-write': 'after-writes',
+};
+
+// §11.1: the kinds that take ARG, and its range; every other kind takes none.
+const FAULT_ARG = {
+  delay: { min: 0, max: 3600, what: 'seconds' },
+  jitter: { min: 0, max: 3600, what: 'seconds' },
+  slow: { min: 1, max: 100, what: 'a factor' },
 };
 
 function parseFault(text) {
@@ -444,10 +456,23 @@ function parseFault(text) {
   const kind = m[2];
   if (!Object.hasOwn(FAULT_WHEN, kind)) malformed(`fault ${JSON.stringify(text)}: this worker cannot act out ${kind}`);
   const arg = m[5] === undefined ? null : Number(m[5]);
-  if ((arg !== null) !== (kind === 'delay') || (arg !== null && arg > 3600)) {
-    malformed(`fault ${JSON.stringify(text)}: only delay takes an argument, 0 to 3600 seconds`);
+  const rule = Object.hasOwn(FAULT_ARG, kind) ? FAULT_ARG[kind] : null;
+  if (rule === null && arg !== null) malformed(`fault ${JSON.stringify(text)}: ${kind} takes no argument`);
+  if (rule !== null && (arg === null || !Number.isFinite(arg) || arg < rule.min || arg > rule.max)) {
+    malformed(`fault ${JSON.stringify(text)}: ${kind} takes ${rule.what}, ${rule.min} to ${rule.max}`);
   }
-  return { text, kind, step: Number(m[3]), repeat: m[4] === '+', seconds: arg || 0, spent: false };
+  return { text, kind, step: Number(m[3]), repeat: m[4] === '+', arg: arg ?? 0, spent: false };
+}
+
+/**
+ * `jitter`'s lengthening of the model's time at a step (§11.3): a draw from 0 to ARG seconds,
+ * deterministic in the fault's text and the step (SHA-256 of both, its first 53 bits as a fraction),
+ * so that the same run asks for the same times.
+ */
+function jitterSeconds(fault, step) {
+  const digest = crypto.createHash('sha256').update(`${fault.text}\u0000${step}`, 'utf8').digest();
+  const fraction = Number(digest.readBigUInt64BE(0) >> 11n) / 2 ** 53;
+  return fraction * fault.arg;
 }
 
 function parseConfig(body) {
@@ -775,13 +800,16 @@ class Worker {
       }
       return;
     }
-    if (acting.delay) await this.waitUntil(now() + acting.delay.seconds);
+    if (acting.delay) await this.waitUntil(now() + acting.delay.arg);
 
     const items = outcomes(plan, cfg.scripts, cfg.shard.pageSize);
-    if (cfg.perStepNs || cfg.perTokenNs) {
-      const tokens = items.reduce((sum, o) => sum + o.n, 0);
-      await this.waitUntil(msg.received + (cfg.perStepNs + cfg.perTokenNs * tokens) / 1e9);
-    }
+    // The model's time (§7.8), stretched by `slow` and lengthened by `jitter` (§11.3): time only,
+    // never what the RESULT says.
+    const tokens = items.reduce((sum, o) => sum + o.n, 0);
+    let modelS = (cfg.perStepNs + cfg.perTokenNs * tokens) / 1e9;
+    if (acting.slow) modelS *= acting.slow.arg;
+    if (acting.jitter) modelS += jitterSeconds(acting.jitter, plan.step);
+    if (modelS > 0) await this.waitUntil(msg.received + modelS);
     const executed = now();
 
     let body;
@@ -858,10 +886,19 @@ class Worker {
     process.exit(EXIT.OK);
   }
 
-  /** Waits, without spinning, until the monotonic clock reaches `until` seconds. */
+  /**
+   * Waits, without spinning, until the monotonic clock reaches `until` seconds. Timers (which keep the
+   * event loop free, so a closed connection is still noticed) take all but the last 2 ms, whose
+   * millisecond granularity would stretch every step; that tail is a timed Atomics.wait, precise to
+   * microseconds, which blocks the thread for at most 2 ms and never spins.
+   */
   async waitUntil(until) {
-    for (let left = until - now(); left > 0; left = until - now()) await sleep(Math.ceil(left * 1000));
+    for (let left = until - now(); left > 0; left = until - now()) {
+      if (left > 0.003) await sleep(Math.floor(left * 1000) - 2);
+      else blockFor(left * 1000);
+    }
   }
+
 }
 
 function main() {

@@ -4,7 +4,10 @@ A wire log (`launch --wire-log`) holds one JSON line per message that crossed th
 and one per event (a rank lost, a restart, a note). Without --step: one line per attempt at
 a step (step, epoch, plan items and bytes, result bytes, verdict), the events where they
 happened, and the totals. With --step K: each attempt's plan item by item, every rank's
-result (those of a failed attempt too, when the log holds them) and the join. The file is
+result (those of a failed attempt too, when the log holds them) and the join; where the log
+holds a joined attempt's arrivals, first a table of them: each rank's result, ms after its plan
+was sent, ms behind the first to arrive, the rank's own execute ms, and the last one marked
+"last" (the one the join waited for; a world of one rank has no last). The file is
 streamed: the summary keeps one small record per attempt, --step only that step's lines, so
 a long run costs memory per step, not per message.
 
@@ -55,7 +58,10 @@ later, is no answer (the one delivered later is). A partition is an event line.
      "outcomes": [{"request_id", "start_position", "executed_tokens", "accepted", "writes"},
      ...] or null, "undecodable": TEXT or null, "inside": [4 numbers] or null}
         one per rank; null "bytes" and "outcomes": no RESULT of that rank in the log; where a
-        link fault acted on the rank's PLAN or RESULT, also "link": [{"dir", "type", "link"}]
+        link fault acted on the rank's PLAN or RESULT, also "link": [{"dir", "type", "link"}];
+        where the log holds the rank's arrival at the join, also "arrival": {"after": S,
+        "behind": S, "exec": S or null, "last": true|false} (seconds after its plan was sent,
+        behind the first arrival, its own execute time; "last": the join waited for it)
     {"record": "join", "step": K, "epoch": E, "verdict": V, "message": M or null}
     {"record": "event", ...}   the attempt's other events, as above
   and last, {"record": "truncated", "line": N} if the last line was cut short.
@@ -132,10 +138,21 @@ def _record(obj: dict) -> dict | None:
     from inferris_dist.wirelog.logread import Malformed
     if "event" in obj:
         kind = obj["event"]
-        if kind == "attempt":               # only a void one says more than the messages do
-            if not (isinstance(obj.get("verdict"), str) and obj["verdict"].startswith("void")):
+        if kind == "attempt":        # a void one, a joined one's arrivals: more than the messages say
+            void = isinstance(obj.get("verdict"), str) and obj["verdict"].startswith("void")
+            if not void and "arrivals" not in obj:
                 return None
-        return None if kind not in EVENTS else {"event": kind, **_checked(obj, EVENTS[kind], f"{kind} event")}
+        if kind not in EVENTS:
+            return None
+        ev = {"event": kind, **_checked(obj, EVENTS[kind], f"{kind} event")}
+        for name, (ok, must) in OPTIONAL.get(kind, {}).items():
+            if name in obj:
+                if not ok(obj[name]):
+                    raise Malformed(f"{kind} event: {name} must be {must}")
+                ev[name] = obj[name]
+        if "arrivals" in ev:
+            ev["arrivals"] = _arrivals(ev["arrivals"], f"{kind} event")
+        return ev
     kind = obj.get("type")
     kind = shown(kind) if isinstance(kind, str) and len(kind) <= 32 else "wire"   # an error stays short
     msg = _checked(obj, MESSAGE, f"{kind} message")
@@ -178,6 +195,24 @@ def _item(obj: Any, what: str) -> dict:
     return item
 
 
+def _arrivals(arrivals: list, what: str) -> list[dict]:
+    """A joined attempt's arrivals, each checked (ARRIVAL, and `exec` where said), each rank once;
+    what a newer writer adds to one is left out."""
+    from inferris_dist.wirelog.logread import Malformed
+    out, seen = [], set()
+    for i, obj in enumerate(arrivals):
+        arrival = _checked(obj, ARRIVAL, f"{what}: arrival {i}")
+        if "exec" in obj:
+            if not SECONDS[0](obj["exec"]):
+                raise Malformed(f"{what}: arrival {i}: exec must be {SECONDS[1]}")
+            arrival["exec"] = obj["exec"]
+        if arrival["rank"] in seen:
+            raise Malformed(f"{what}: arrival {i}: rank {arrival['rank']} arrives twice")
+        seen.add(arrival["rank"])
+        out.append(arrival)
+    return out
+
+
 def _checked(obj: Any, fields: dict[str, Check], what: str) -> dict:
     """The `fields` of `obj`, each checked; a new dict of those only, in that order."""
     from inferris_dist.wirelog.logread import Malformed
@@ -208,6 +243,15 @@ def _is_rank(v: Any) -> bool:
 def _ints_within(v: Any, low: int, high: int) -> bool:
     """v is a list of whole numbers in low..high (checked at C speed: a log has millions)."""
     return isinstance(v, list) and (not v or set(map(type, v)) == {int} and low <= min(v) and max(v) <= high)
+
+
+def _list_of(kinds: frozenset[str]) -> Check:
+    """A list whose elements are of `kinds` (schema.TYPES: a bool is no int)."""
+    types = {t for k in kinds for t in schema.TYPES[k]}
+    names = {"object": "objects", "list": "lists", "str": "strings", "int": "whole numbers",
+             "number": "numbers", "bool": "true or false", "null": "nulls"}
+    return ((lambda v: isinstance(v, list) and all(type(x) in types for x in v)),
+            "a list of " + " or ".join(names[k] for k in sorted(kinds)))
 
 
 def _maybe(check: Check) -> Check:
@@ -242,7 +286,7 @@ def _check(f: schema.Field, present: bool = False, any_choice: bool = False) -> 
         choices = f.choices
         return (lambda v: v in choices), " or ".join(json.dumps(c) for c in choices)
     kind = next(iter(f.kinds - {"null"}))
-    check = CHECKS[(kind, f.sort)]
+    check = _list_of(f.items) if (kind, f.sort) == ("list", "") else CHECKS[(kind, f.sort)]
     return _maybe(check) if "null" in f.kinds and not present else check
 
 
@@ -270,6 +314,11 @@ EVENTS = {  # the events inspect shows, and the fields it uses of each; the othe
         "turned-away": "messages connections",
         "partition": "rank step epoch seconds",
     }.items()}
+# What inspect reads of an event where the writer writes it (the schema's optional fields),
+# checked as the schema has it when there: a joined attempt's arrivals, each an ARRIVAL (and
+# its `exec`, SECONDS, where the rank said it).
+OPTIONAL = {"attempt": _reads(schema.EVENTS["attempt"].fields, "arrivals")}
+ARRIVAL = {"rank": RANK, "after": SECONDS, "behind": SECONDS}
 LINK = schema.LINK     # what a link fault did to a message
 NOT_CAME = ("lost", "delayed")      # a RESULT so marked never reached the scheduler (then, at least)
 
@@ -360,6 +409,13 @@ class Attempt:
     why: str = ""                           # that event's message
     events: list[dict] = field(default_factory=list)   # its other events (--step)
     links: dict = field(default_factory=dict)       # (rank, dir, type, link) -> None: what the link did
+    arrivals: list[dict] = field(default_factory=list)   # --step: its ranks' arrivals at the join
+
+    def last(self) -> int | None:
+        """The rank whose result came last (the join waited for it); None for fewer than two."""
+        if len(self.arrivals) < 2:
+            return None
+        return max(self.arrivals, key=lambda x: x["behind"])["rank"]     # the first of equals
 
     def answered(self) -> bool:
         return bool(self.ranks) and all(r in self.results for r in self.ranks)
@@ -465,9 +521,11 @@ class Reader:
         # The verdict of the attempt it names; a rank lost after every rank answered was lost
         # in the audit that followed: an event, not the verdict.
         at = self.attempts.get(_key(ev)) if _key(ev) else None
-        if at is not None and ev["event"] == "attempt":
-            if ev["verdict"].startswith("void") and not at.failed:   # a plan sent ahead, never read
+        if ev["event"] == "attempt":          # said of its attempt only (one whose plan is in the log)
+            if at is not None and ev["verdict"].startswith("void") and not at.failed:   # sent ahead, unread
                 at.failed, at.why = ev["verdict"], ""
+            if at is not None and self.step is not None and "arrivals" in ev:
+                at.arrivals = ev["arrivals"]
             return
         if at is not None and (ev["event"] == "step-failed"
                                or ev["event"] == "rank-lost" and not at.answered()):
@@ -570,12 +628,30 @@ def _one_step(log: Reader, style: Style) -> list[str]:
     for a in log.attempts.values():
         plan = f"{_count(len(a.items), 'item')}, {human_bytes(a.plan_bytes)} to {_ranks(sorted(a.ranks))}"
         lines.append(style.bold(f"step {a.step}, epoch {a.epoch}") + f": plan of {plan}")
-        lines += _plan_table(a.items, style) + _result_table(a, style)
+        lines += _arrival_table(a, style) + _plan_table(a.items, style) + _result_table(a, style)
         lines.append(PAD + "join: " + _painted(a.verdict(), style, a.why))
         lines += [_event_line(ev, style) for ev in a.events]
     if log.truncated is not None:
         lines.append(PAD + style.yellow(f"! {_truncated(log.truncated)}"))
     return lines
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.3f}"
+
+
+def _arrival_table(a: Attempt, style: Style) -> list[str]:
+    """Each rank's result as it came to the join, in rank order; the last marked."""
+    if not a.arrivals:
+        return []
+    header = ("rank", "after ms", "behind first ms", "exec ms")
+    last = a.last()
+    rows = [(str(x["rank"]), _ms(x["after"]), _ms(x["behind"]), _ms(x["exec"]) if "exec" in x else "-")
+            for x in sorted(a.arrivals, key=lambda x: x["rank"])]
+    fmt = _aligned(header, rows, {0, 1, 2, 3})
+    return [PAD + "arrivals at the join:", PAD + style.dim(fmt(header))] + [
+        PAD + fmt(r, strip=False) + ("  " + style.yellow("last") if int(r[0]) == last else "")
+        for r in rows]
 
 
 def _plan_table(items: list[dict], style: Style) -> list[str]:
@@ -626,6 +702,7 @@ def _step_objects(log: Reader) -> Iterator[dict]:
     for a in log.attempts.values():
         at = {"step": a.step, "epoch": a.epoch}
         yield {"record": "plan", **at, "bytes": a.plan_bytes, "ranks": sorted(a.ranks), "items": len(a.items)}
+        arrivals, last = {x["rank"]: x for x in a.arrivals}, a.last()
         for i, it in enumerate(a.items):
             yield {"record": "item", **at, "index": i, **it}
         for rank in a.all_ranks():
@@ -636,6 +713,10 @@ def _step_objects(log: Reader) -> Iterator[dict]:
                    "inside": None if r is None else r.inside}
             if a.link_objects(rank):
                 obj["link"] = a.link_objects(rank)
+            arrival = arrivals.get(rank)
+            if arrival is not None:
+                obj["arrival"] = {"after": arrival["after"], "behind": arrival["behind"],
+                                  "exec": arrival.get("exec"), "last": rank == last}
             yield obj
         yield {"record": "join", **at, "verdict": a.verdict(), "message": a.why or None}
         for ev in a.events:

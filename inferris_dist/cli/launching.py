@@ -16,6 +16,7 @@ from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK, Terminated
 from inferris_dist.engine import Engine, EngineError, WorkloadError, trace_dicts
 from inferris_dist.engine.errors import MachineFailure
 from inferris_dist.observe.timeline import Timeline
+from inferris_dist.protocol.faults import TIME_KINDS
 from inferris_dist.scheduler.channel import machine_failure
 from inferris_dist.scheduler.entry import LaunchOptions, launch
 
@@ -91,7 +92,11 @@ def _run_launch(workload, name: str, args, server, made, started) -> int:
                  else error_object(escaping, engine.step_id if engine is not None else None))
         if metrics is None:
             return empty_document(name, error)
-        return metrics.document(group.totals if group is not None else None, error)
+        arrivals = None
+        if group is not None:
+            run_seconds = time.monotonic() - ran[1] if len(ran) > 1 else None
+            arrivals = group.recorder.arrivals.to_json(run_seconds)
+        return metrics.document(group.totals if group is not None else None, error, arrivals)
 
     total = len(workload.requests)
     progress = render.Progress(sys.stderr, total)
@@ -247,6 +252,9 @@ def print_end(out, style, engine, group, num_steps: int, metrics, ran: list[floa
             out.write(time_line(engine, num_steps, ran) + "\n")
     if group is not None:
         out.write(render.rank_table(group.totals, group.rank_pids, style, group.member_hosts()) + "\n")
+        run_seconds = ran[2] - ran[1] if len(ran) == 3 else None
+        for line in render.arrivals_lines(group.recorder.arrivals, run_seconds, style):
+            out.write(line + "\n")
         out.write(workers_line(group) + "\n")
 
 
@@ -267,7 +275,8 @@ def _say_unfired(group, engine=None, ended_well: bool = False) -> None:
                          f"(no plan reached step {fault.step}; {reached})\n")
 
 
-TOLERATED = frozenset({"delay", "duplicate", "stale"})   # faults.md: the run is unaffected by design
+# faults.md: the run is unaffected by these, by design
+TOLERATED = frozenset({"delay", "duplicate", "stale"}) | TIME_KINDS
 
 
 def _say_unseen(group, engine) -> None:

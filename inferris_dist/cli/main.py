@@ -34,6 +34,7 @@ COMMANDS = {
     "inspect": "read a --wire-log: a line per step, or one step's plan, each rank's result and the join",
     "check": "judge a --wire-log afterwards: every committed step joined from its epoch's results and "
              "following from its plan; the policy's promise",
+    "whatif": "replay a --wire-log with one rank as fast as the others: what its requests would cost",
     "html": "write a --wire-log as one self-contained page: lanes for the scheduler, every rank and "
             "request; click a step for its plan and results",
     "serve": "follow a wire log as it is written (tail -f) and serve the live page, /metrics, /health "

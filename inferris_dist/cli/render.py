@@ -111,6 +111,8 @@ def write_error(err, out: TextIO, style: Style) -> None:
     if err.epoch is not None:
         where += f", epoch {err.epoch}"
     out.write(style.red(f"error: {err.kind} {where}: {shown(err.message)}") + "\n")
+    for line in getattr(err, "wavefront", ()):
+        out.write(f"  {line}\n")
 
 
 # -- what crossed the boundary (launch) ------------------------------------------------
@@ -206,6 +208,29 @@ def resize_text(r) -> str:
     return words
 
 
+def arrivals_lines(arrivals, run_seconds: float | None, style: Style) -> list[str]:
+    """At the boundary, when a straggler is named: per rank how often it came last to the
+    join, its median lateness behind the others, its median execute time and its score over
+    the best rank's; then what the lockstep cost (the group waiting for its last rank) and the
+    straggler. Quiet when none is (the --metrics document has the figures either way)."""
+    if arrivals.straggler() is None:
+        return []
+    cols = ("rank", "last", "late p50 ms", "exec p50 ms", "score")
+    rows = [(str(x.rank), f"{x.last} ({100 * x.last / arrivals.steps:.0f}%)",
+             "-" if x.lateness is None else f"{1000 * x.lateness:+.2f}",
+             "-" if x.execute is None else f"{1000 * x.execute:.2f}",
+             "-" if x.score is None else f"{x.score:.2f}x") for x in arrivals.table()]
+    widths = [max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(cols)]
+
+    def fmt(row) -> str:
+        return "  ".join(v.rjust(w) if i >= 1 else v.ljust(w)
+                         for i, (v, w) in enumerate(zip(row, widths))).rstrip()
+    share = f" ({100 * arrivals.waited / run_seconds:.1f}% of the run)" if run_seconds else ""
+    waited = (f"the join waited {1000 * arrivals.waited:,.1f} ms for the last rank over "
+              f"{arrivals.steps:,} steps{share}")
+    return [style.dim(fmt(cols)), *map(fmt, rows), waited, arrivals.verdict()]
+
+
 def recovery_lines(r, style: Style) -> str:
     """A failure survived: what failed, then what the policy did (a world grown back, between
     two steps, has no failure: one line)."""
@@ -213,6 +238,8 @@ def recovery_lines(r, style: Style) -> str:
     if r.resize is not None and r.kind == "grow":
         return f"{pad}{style.yellow(f'{r.policy}: {resize_text(r)}')}"
     failed = style.red(f"! {r.kind} at step {r.step}, epoch {r.epoch}: {shown(r.message)}")
+    if r.wavefront:
+        failed += "".join(f"\n{pad}  {style.dim(line)}" for line in r.wavefront)
     if r.resize is not None:
         then = "audited again" if r.in_audit else "the same plan again"
         return f"{pad}{failed}\n{pad}{style.yellow(f'shrink: {resize_text(r)}; {then}')}"

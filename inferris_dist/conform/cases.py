@@ -28,7 +28,7 @@ from inferris_dist.engine import Engine, Workload, load_workload, trace_dicts
 from inferris_dist.engine.group import LocalGroup, join
 from inferris_dist.engine.rungs import NAMES as RUNGS
 from inferris_dist.protocol import wire
-from inferris_dist.protocol.faults import KINDS, LINK_KINDS, SECONDS_KINDS
+from inferris_dist.protocol.faults import FACTOR_KINDS, KINDS, LINK_KINDS, SECONDS_KINDS
 from inferris_dist.protocol.wire import MsgType
 
 PASS, FAIL, NON_STRICT, INFORMATIONAL, SKIPPED = "PASS", "FAIL", "NON-STRICT", "INFORMATIONAL", "SKIPPED"
@@ -576,7 +576,7 @@ def recovery_case(sig: int, policy: str) -> Callable[[Kit, Path], Outcome]:
 
 
 def fault_case(kind: str, policy: str = "restore") -> Callable[[Kit, Path], Outcome]:
-    arg = ":0.3" if kind in SECONDS_KINDS else ""
+    arg = ":0.3" if kind in SECONDS_KINDS else ":2" if kind in FACTOR_KINDS else ""
     fault = f"1:{kind}@3{arg}"          # step 3 of prefix_reuse plans work (step 2 waits for arrivals)
 
     def run(kit: Kit, where: Path) -> Outcome:

@@ -75,6 +75,10 @@ FAMILIES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("inferris_rank_restarts_total", "counter", ("rank",), "times a rank's member was replaced"),
     ("inferris_rank_losses_total", "counter", ("rank", "reason"), "losses of a rank, by reason (died, "
      "hung, protocol, ...)"),
+    ("inferris_rank_join_wait_seconds", "histogram", ("rank",), "per joined step, how long a rank's "
+     "result waited at the join for the last one to arrive (0 for the last)"),
+    ("inferris_rank_last_arrivals_total", "counter", ("rank",), "joined steps at which a rank's result "
+     "arrived last, the one the join waited for (a world of one rank has no last)"),
 )
 _MEANING = {name: (kind, labels, meaning) for name, kind, labels, meaning in FAMILIES}
 
@@ -160,6 +164,16 @@ class _Collector:
         for r, x in ranks:
             for reason, count in sorted(x.losses.items()):
                 f.add_metric([str(r), reason], count)
+        yield f
+        f = _family("inferris_rank_join_wait_seconds")
+        for r, x in ranks:
+            if x.join_wait.count:
+                _hist(f, [str(r)], x.join_wait)
+        yield f
+        f = _family("inferris_rank_last_arrivals_total")
+        for r, x in ranks:
+            if x.join_wait.count:
+                f.add_metric([str(r)], x.last_arrivals)
         yield f
 
 

@@ -6,7 +6,9 @@
 - the page's model (page/model.Builder), fed the same records as `html` feeds it,
   so the live page is the page of the log so far;
 - the numbers /metrics serves (`Numbers`): the last step's counters, totals, per-rank
-  counts and histograms, the requests' first-token and inter-token times;
+  counts and histograms (among them, from each joined attempt's arrivals, how long each
+  rank's result waited for the last and how often a rank was the last), the requests'
+  first-token and inter-token times;
 - where the run is (`health`, `status`): starting, stepping, recovering (between a loss and
   the replacement's first committed step), ended or failed, with the reason.
 
@@ -34,6 +36,7 @@ from inferris_dist.protocol import wire
 from inferris_dist.protocol.wire import MsgType
 
 MAX_RANKS = 256              # ranks counted one by one (labels of /metrics); more are not
+MAX_WORLD = 4096             # arrivals at one join at most (a rank is below 4096): more, none counted
 REQUEST_BUDGET = 16 << 20    # bytes of the requests in flight whose token times are kept
 REQUEST_COST = 256           # what one kept request costs beside its id's characters (its entry)
 MAX_REASONS = 32             # finish and loss reasons kept as labels (the rest: "other")
@@ -88,10 +91,13 @@ def _le(bound: float) -> str:
 
 
 class RankNumbers:
-    __slots__ = ("rtt", "sent", "received", "dropped", "dropped_at_end", "restarts", "losses")
+    __slots__ = ("rtt", "sent", "received", "dropped", "dropped_at_end", "restarts", "losses", "join_wait",
+                 "last_arrivals")
 
     def __init__(self):
         self.rtt = Histogram(RTT_BUCKETS)
+        self.join_wait = Histogram(RTT_BUCKETS)   # per joined attempt: its result's wait for the last
+        self.last_arrivals = 0                    # joined attempts whose join waited for this rank
         self.sent = 0                 # bytes, header and body, as the rank table counts them
         self.received = 0
         self.dropped = 0              # replies dropped that the log records one by one
@@ -283,6 +289,32 @@ class LiveState:
         verdict = ev.get("verdict")
         if verdict != "joined" and not (isinstance(verdict, str) and verdict.startswith("void")):
             n.attempts_failed += 1
+        if verdict == "joined" and isinstance(ev.get("arrivals"), list):
+            self._arrivals(ev["arrivals"])
+
+    def _arrivals(self, arrivals: list) -> None:
+        """A joined attempt's arrivals: each rank's result waited for the last one (the most
+        behind the first; max behind - its behind), and the last one is counted (a world of one
+        has none). Arrivals that are not each rank once with a finite behind >= 0: none counted."""
+        if not arrivals or len(arrivals) > MAX_WORLD:
+            return
+        behind: dict[int, float] = {}
+        for x in arrivals:
+            rank = x.get("rank") if isinstance(x, dict) else None
+            b = x.get("behind") if isinstance(x, dict) else None
+            if not (is_int(rank) and is_num(b) and b >= 0) or rank in behind:
+                return
+            behind[rank] = float(b)
+        most = max(behind.values())
+        for rank, b in behind.items():
+            numbers = self.numbers.rank(rank)
+            if numbers is not None:
+                numbers.join_wait.observe(most - b)
+        if len(behind) > 1:
+            last = max(behind, key=behind.__getitem__)      # the first of equals, in the log's order
+            numbers = self.numbers.rank(last)
+            if numbers is not None:
+                numbers.last_arrivals += 1
 
     def _ev_step(self, ev: dict) -> None:
         n = self.numbers

@@ -305,9 +305,10 @@ class Metrics:
             columns["wall_s"] = [None if w is None else round(w, 6) for w in self._wall]
         return columns
 
-    def document(self, ranks=None, error: dict | None = None) -> dict:
+    def document(self, ranks=None, error: dict | None = None, arrivals: dict | None = None) -> dict:
         """The `--metrics` document. `ranks`: the process group's totals ({rank: RankTotals})
-        for launch, None for a run in process; `error`: the error object of a failed run."""
+        for launch, None for a run in process; `arrivals`: launch's arrivals at the joins
+        (observe/arrivals.py, `to_json`); `error`: the error object of a failed run."""
         engine = self.engine
         doc = {
             "version": VERSION,
@@ -318,6 +319,7 @@ class Metrics:
             "steps": self.step_columns(),
             "requests": self.request_rows(),
             "ranks": None if ranks is None else rank_rows(ranks),
+            "arrivals": arrivals,
         }
         if error is not None:
             doc["error"] = error

@@ -19,6 +19,7 @@ from collections import deque
 from contextlib import contextmanager, nullcontext
 from typing import Any, Iterable
 
+from inferris_dist.observe.arrivals import Arrivals
 from inferris_dist.observe.records import RankTotals, StepRecord
 from inferris_dist.observe.timeline import Timeline
 from inferris_dist.protocol import wire
@@ -43,13 +44,18 @@ class Recorder:
         if timeline is not None:
             timeline.shared_clock = shared_clock    # ranks on this host read our clock
         self.totals = {r: RankTotals() for r in range(world_size)}
+        self.arrivals = Arrivals()          # every rank's arrival at every join
+        # the wavefront (as a flight recorder keeps it): per rank, the last plan sent to it, its
+        # last result taken and its last FIRED, each (step, epoch, when[, what])
+        self.front: dict[int, dict[str, tuple]] = {}
         self.attempts: deque[StepRecord] = deque(maxlen=MAX_ATTEMPTS)   # since take_attempts()
         self.last_record: StepRecord | None = None   # the attempt whose replies were gathered last
 
     @property
     def wants_timing(self) -> bool:
-        """Whether the ranks' own times are worth asking for (someone keeps them)."""
-        return self.log is not None or self.timeline is not None
+        """Whether the ranks' own times are worth asking for: always, for the arrivals' execute
+        times (the straggler's score), and the wire log and the timeline keep them."""
+        return True
 
     # -- the run -------------------------------------------------------------------------
 
@@ -148,6 +154,8 @@ class Recorder:
              body: Any, link: str | None = None) -> None:
         """A message sent to `rank` (`link`: what a link fault did to it on its way)."""
         self.totals[rank].bytes_sent += header_bytes + body_bytes
+        if kind is MsgType.PLAN:
+            self.front.setdefault(rank, {})["plan"] = (step, epoch, time.monotonic())
         if self.log is not None:
             if link is None:
                 self.log.message("out", rank, epoch, step, kind.name, body_bytes, body)
@@ -166,7 +174,9 @@ class Recorder:
             self.log.event("partition", rank=rank, step=step, epoch=epoch, seconds=seconds)
 
     def received(self, rank: int, epoch: int, step: int, kind: MsgType, body_bytes: int, body: Any) -> None:
-        """A message that is no reply to a round (a HELLO, a READY): logged as it came."""
+        """A message that is no reply to a round (a HELLO, a READY, a FIRED): logged as it came."""
+        if kind is MsgType.FIRED:
+            self.front.setdefault(rank, {})["fired"] = (step, epoch, time.monotonic(), " ".join(body))
         if self.log is not None:
             self.log.message("in", rank, epoch, step, kind.name, body_bytes, body)
 
@@ -178,7 +188,9 @@ class Recorder:
         if record is not None:
             if timing is not None:
                 record.inside[rank] = timing
-            rtt = time.monotonic() - sent_at
+            now = time.monotonic()
+            self.front.setdefault(rank, {})["result"] = (record.step, record.epoch, now)
+            rtt = now - sent_at
             record.rtt[rank] = rtt
             record.result_bytes[rank] = body_bytes
             totals.add_rtt(rtt)
@@ -284,12 +296,43 @@ class Recorder:
         self.last_record = record
 
     def attempt(self, record: StepRecord) -> None:
-        """An attempt's verdict is in (joined, failed, or void)."""
+        """An attempt's verdict is in (joined, failed, or void); a joined one's arrivals are
+        counted (who came last, how late)."""
         if self.timeline is not None:
             self.timeline.attempt(record)
+        came = self.arrivals.join(record) if record.verdict == "joined" else None
         if self.log is not None:
-            self.log.event("attempt", step=record.step, epoch=record.epoch,
-                           verdict=record.verdict or "failed", plan_bytes=record.plan_bytes)
+            if came:
+                self.log.event("attempt", step=record.step, epoch=record.epoch, verdict=record.verdict,
+                               plan_bytes=record.plan_bytes, arrivals=Arrivals.said(record, came))
+            else:
+                self.log.event("attempt", step=record.step, epoch=record.epoch,
+                               verdict=record.verdict or "failed", plan_bytes=record.plan_bytes)
+
+    def wavefront(self, ranks, silent) -> list[str]:
+        """One line per rank of `ranks`: the last plan it was sent, its last result and its last
+        FIRED, and how long ago each was; the ranks in `silent` marked (no answer by the
+        deadline). Logged as the `wavefront` event."""
+        now = time.monotonic()
+        lines, rows = [], []
+        for r in ranks:
+            front = self.front.get(r, {})
+            plan, result, fired = front.get("plan"), front.get("result"), front.get("fired")
+            said = [f"last plan step {plan[0]} (epoch {plan[1]}) {now - plan[2]:.2f} s ago" if plan
+                    else "no plan yet",
+                    f"last result step {result[0]} {now - result[2]:.2f} s ago" if result else "no result yet",
+                    f"last FIRED {fired[3]} {now - fired[2]:.2f} s ago" if fired else "no FIRED"]
+            lines.append(f"rank {r}: {'; '.join(said)}{'   <- no answer' if r in silent else ''}")
+            rows.append({"rank": r, "silent": r in silent,
+                         "plan": None if plan is None else {"step": plan[0], "epoch": plan[1],
+                                                            "ago": round(now - plan[2], 6)},
+                         "result": None if result is None else {"step": result[0], "epoch": result[1],
+                                                                "ago": round(now - result[2], 6)},
+                         "fired": None if fired is None else {"step": fired[0], "faults": fired[3],
+                                                              "ago": round(now - fired[2], 6)}})
+        if self.log is not None:
+            self.log.event("wavefront", ranks=rows)
+        return lines
 
     def step_failed(self, err, step: int, epoch: int) -> None:
         """Every rank answered, and the answers could not be joined."""

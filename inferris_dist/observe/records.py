@@ -35,34 +35,48 @@ def _repr(obj) -> str:
 MAX_RTT_SAMPLES = 1 << 16    # round trips kept per rank; past them, a uniform sample of them all
 
 
-class RankTotals:
-    """What crossed with one rank over the run, and a sample of its round trips."""
-    __slots__ = ("steps", "bytes_sent", "bytes_received", "rtts", "dropped", "rtt_count", "_rng")
+class Sample:
+    """Values of a run, at most MAX_RTT_SAMPLES of them: every one while they fit the budget
+    (the percentiles exact); then each new one replaces a kept one with the chance that keeps
+    the sample uniform (reservoir sampling, seeded: the same run keeps the same sample)."""
+    __slots__ = ("values", "count", "_rng")
 
     def __init__(self):
-        self.steps = self.bytes_sent = self.bytes_received = self.dropped = self.rtt_count = 0
-        self.rtts: list[float] = []
+        self.values: list[float] = []
+        self.count = 0
         self._rng: random.Random | None = None
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        if len(self.values) < MAX_RTT_SAMPLES:
+            self.values.append(value)
+            return
+        if self._rng is None:
+            self._rng = random.Random(MAX_RTT_SAMPLES)
+        j = self._rng.randrange(self.count)
+        if j < MAX_RTT_SAMPLES:
+            self.values[j] = value
+
+    def percentile(self, q: float) -> float | None:
+        if not self.values:
+            return None
+        ordered = sorted(self.values)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class RankTotals:
+    """What crossed with one rank over the run, and a sample of its round trips."""
+    __slots__ = ("steps", "bytes_sent", "bytes_received", "rtt", "dropped")
+
+    def __init__(self):
+        self.steps = self.bytes_sent = self.bytes_received = self.dropped = 0
+        self.rtt = Sample()
 
     def __repr__(self) -> str:
         return _repr(self)
 
     def add_rtt(self, rtt: float) -> None:
-        """Every round trip while they fit the budget (the percentiles exact); then each new one
-        replaces a kept one with the chance that keeps the sample uniform (reservoir sampling,
-        seeded: the same run keeps the same sample)."""
-        self.rtt_count += 1
-        if len(self.rtts) < MAX_RTT_SAMPLES:
-            self.rtts.append(rtt)
-            return
-        if self._rng is None:
-            self._rng = random.Random(MAX_RTT_SAMPLES)
-        j = self._rng.randrange(self.rtt_count)
-        if j < MAX_RTT_SAMPLES:
-            self.rtts[j] = rtt
+        self.rtt.add(rtt)
 
     def percentile(self, q: float) -> float | None:
-        if not self.rtts:
-            return None
-        ordered = sorted(self.rtts)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+        return self.rtt.percentile(q)

@@ -3,11 +3,14 @@ self-contained file that opens offline in any browser.
 
 The page shows what crossed the executor boundary, on one time axis: a lane for the
 scheduler's phases, one per rank (its processes and epochs, each plan's round trip with
-the rank's own decode, execute and encode inside it, audits, joins and rejoin waits), the
+the rank's own decode, execute and encode inside it, the one whose result the join waited
+for marked at its end, audits, joins and rejoin waits), the
 losses, restarts, resizes and refused peers where they happened, counter tracks, and a lane per
 request; above them, when the world changed size (`resize` events), a small chart of its size
-over the steps, the size the run asked for marked. A click on a step lists its plan item by
-item, every rank's result and the join, as `inferris-dist inspect WIRELOG --step K` prints them.
+over the steps, the size the run asked for marked. A click on a step lists each rank's arrival
+at the join (a bar from 0 to how far behind the first its result came, the last marked), its
+plan item by item, every rank's result and the join, as `inferris-dist inspect WIRELOG --step K`
+prints them.
 
 Nothing on the page comes from elsewhere: the script, the style and the data are in the
 file, a Content-Security-Policy allows only those (by hash) and no connection at all. The
@@ -37,7 +40,7 @@ A link opens the page on a step (PAGE#step=K) or a stretch of the run (PAGE#t=A-
 since it began), or both (#step=K&t=A-B); once up, the page's address follows what it shows.
 
 The page keeps a read-only `window.inferrisPage` (lanes, steps, marks, attempts failed and
-void, what the last frame drew, the stretch "fit" shows, stepPoint(K), focusStep(K),
+void, attempts with arrivals, what the last frame drew, the stretch "fit" shows, stepPoint(K), focusStep(K),
 setView(a, b, y), scrollTo(y), select(K), parseLink(hash)) for tests, and for anyone at its
 console.
 """

@@ -7,7 +7,9 @@ the committed steps with their counters and lines, a lane per request (its first
 each segment's state and length: each lane within its share of SEGMENT_BUDGET, `runs` making
 one that changed state more often coarser), the marks, where each epoch began, the stretch
 "fit" shows (the steps, not the start-up), and the notes saying what was skipped or past a
-bound, and the world's size over the steps (`world`). Nothing here reads the log again: it works
+bound, the world's size over the steps (`world`), and each joined attempt's arrivals at its join
+(`arrivals`: each rank's result after its plan was sent and behind the first, its own execute
+time, and the rank the join waited for). Nothing here reads the log again: it works
 from the model's bounded state only, so the page's size is bounded as the model is.
 """
 from __future__ import annotations
@@ -295,6 +297,7 @@ def page_data(b: Builder, title: str, notes: list[str]) -> dict:
         # where each epoch began (the restarts and resizes), in time order
         "epochs": [[us(t), e] for t, e in sorted(b.epochs)],
         "world": _world(b, world, us),
+        "arrivals": _arrivals(b),
         # from the run's first record to its first plan: the ranks being started and joining
         "startup": [0, min(a[2] for a in attempts)] if b.run is not None and attempts else None,
     }
@@ -308,6 +311,17 @@ def _world(b: Builder, requested: object, us: _Clock) -> dict:
     return {"requested": requested if is_int(requested) and 0 < requested <= MAX_RANK + 1 else None,
             "changes": [[step, old, new, us(t), T(why), epoch]
                         for t, step, epoch, old, new, why in sorted(b.resizes, key=lambda r: r[0])]}
+
+
+def _arrivals(b: Builder) -> list:
+    """Each joined attempt's arrivals, where its `attempt` event said them: [attempt (its index
+    in "attempts"), the last rank (-1: under two ranks), [[rank, after, behind, exec (-1: not
+    said)], ...]], times in microseconds, the ranks in the log's order."""
+    def us(v: float | None) -> int:
+        return -1 if v is None else int(round(v * 1e6))
+    return [[i, -1 if a.last is None else a.last,
+             [[rank, us(after), us(behind), us(run)] for rank, after, behind, run in a.arrivals]]
+            for i, a in enumerate(b.attempts) if a.arrivals]
 
 
 def _steps(b: Builder, from_attempts: bool) -> tuple[list[Step], Lanes, int]:

@@ -32,6 +32,7 @@ TEXT_BUDGET = 2 << 20       # characters of text kept in all
 BODY_BUDGET = 3 << 20       # bytes of plan bodies on the page, and as many of result bodies
 LINE_BUDGET = 1 << 20       # bytes of step lines ("admit r0  run r0:6 ...") kept
 MAX_ROUND_TRIPS = 200_000   # ranks' round trips drawn
+MAX_ARRIVALS = 200_000      # ranks' arrivals at a join kept (an attempt's whole, or none of it)
 MAX_ATTEMPTS = 50_000
 MAX_STEPS = 40_000          # committed steps with counters and step lines
 MAX_PHASES = 120_000
@@ -219,6 +220,10 @@ class _Attempt:
     end: float | None = None
     closed: bool = False                  # its `attempt` event came
     results: list = field(default_factory=list)   # (body, id) of the results seen, to dedupe
+    # a joined attempt's arrivals, as its `attempt` event says them: (rank, after, behind, exec
+    # or None) in the log's order, seconds; and the rank the join waited for (None: under two)
+    arrivals: list = field(default_factory=list)
+    last: int | None = None
 
     def start(self) -> float | None:
         times = [rt.sent for rt in self.ranks.values() if rt.sent is not None]
@@ -492,6 +497,7 @@ class Builder:
         self.attempts: list[_Attempt] = []
         self.open: dict[tuple[int, int], _Attempt] = {}       # (step, epoch) -> latest attempt
         self.round_trips = 0
+        self.arrivals = 0                          # arrivals at a join kept (MAX_ARRIVALS)
         self.phases: list[tuple[float, float, int, int]] = []   # start, dur, kind, step
         self.steps: list[Step] = []
         self.lanes = Lanes()                       # the request lanes, from the step events
@@ -805,6 +811,38 @@ class Builder:
         a.verdict = verdict if isinstance(verdict, str) else _json_text(verdict)
         if is_int(ev.get("plan_bytes")) and ev["plan_bytes"] >= 0:
             a.plan_bytes = ev["plan_bytes"]
+        if "arrivals" in ev:
+            self._arrivals(a, ev["arrivals"])
+
+    def _arrivals(self, a: _Attempt, arrivals: Any) -> None:
+        """A joined attempt's arrivals: each rank once, its times finite and >= 0, or none of
+        them kept (counted as malformed; the attempt itself is kept); past MAX_ARRIVALS, counted."""
+        ok = isinstance(arrivals, list) and len(arrivals) <= MAX_RANK + 1
+        kept: list[tuple[int, float, float, float | None]] = []
+        seen: set[int] = set()
+        for x in arrivals if ok else ():
+            if not isinstance(x, dict):
+                ok = False
+                break
+            rank, times = x.get("rank"), (x.get("after"), x.get("behind"), x.get("exec"))
+            ok = (is_int(rank) and 0 <= rank <= MAX_RANK and rank not in seen
+                  and all(is_num(v) and 0 <= v < TIME_LIMIT for v in times[:2])
+                  and (times[2] is None or is_num(times[2]) and 0 <= times[2] < TIME_LIMIT))
+            if not ok:
+                break
+            seen.add(rank)
+            after, behind, run = times
+            kept.append((rank, float(after), float(behind), None if run is None else float(run)))
+        if not ok:
+            self._bad("attempt (arrivals)")
+            return
+        if self.arrivals + len(kept) > MAX_ARRIVALS:
+            self._over("attempts' arrivals")
+            return
+        self.arrivals += len(kept)
+        a.arrivals = kept
+        # the last to arrive: the most behind, the first of equals (a world of one has none)
+        a.last = max(kept, key=lambda x: x[2])[0] if len(kept) > 1 else None
 
     def _ev_step(self, ev: dict, t: float) -> None:
         step = _int(ev, "step")
@@ -985,6 +1023,20 @@ class Builder:
         how = {202: "carried out", 200: "carried out"}.get(code, f"refused ({say(code)})")
         self._mark("note", t, f"{who}: {say(ev.get('instruction'))[:16]} (id {say(ev.get('id'))[:40]}), {how}",
                    [], None, ev.get("epoch"))
+
+    def _ev_wavefront(self, ev: dict, t: float) -> None:
+        """A step's deadline passed: where every rank was (the last plan, result, FIRED), a note
+        on the ranks that did not answer."""
+        rows = [r for r in (ev.get("ranks") if isinstance(ev.get("ranks"), list) else [])[:64]
+                if isinstance(r, dict)]
+
+        def at(what: Any, key: str) -> str:
+            return f"step {say(what.get(key))}" if isinstance(what, dict) else "none"
+        said = "; ".join(f"rank {say(r.get('rank'))}: plan {at(r.get('plan'), 'step')}, result "
+                         f"{at(r.get('result'), 'step')}{', no answer' if r.get('silent') is True else ''}"
+                         for r in rows)
+        silent = [r.get("rank") for r in rows if r.get("silent") is True]
+        self._mark("note", t, f"the deadline passed: {said[:600]}", silent)
 
     def _ev_note(self, ev: dict, t: float) -> None:
         rank = ev.get("rank")

@@ -119,8 +119,19 @@ const attempts = (D.attempts || []).map((r, i) => {
   const inFlight = verdict.startsWith('in flight');
   return {i: i, step: r[0], epoch: r[1], a: a, b: Math.max(a, r[3]), verdict: verdict,
           ok: verdict === 'joined', void: isVoid, inFlight: inFlight, planBytes: r[5], plan: r[6], rts: rts,
-          links: links};
+          links: links, arrivals: null};
 });
+// a joined attempt's arrivals at its join, where the log said them: each rank's result after its
+// plan was sent and behind the first to arrive, its own execute time (microseconds; -1: not
+// said), and the rank the join waited for (last: -1 under two ranks)
+let arrived = 0;
+for (const w of Array.isArray(D.arrivals) ? D.arrivals : []) {
+  const x = Array.isArray(w) && Number.isInteger(w[0]) ? attempts[w[0]] : undefined;
+  if (!x || !Array.isArray(w[2])) continue;
+  const rows = w[2].map((r) => ({rank: r[0], after: r[1], behind: r[2], exec: r[3]}));
+  x.arrivals = {last: w[1], rows: rows, most: rows.reduce((m, r) => Math.max(m, r.behind), 0)};
+  arrived++;
+}
 const attemptsOf = new Map();
 for (const x of attempts) {
   if (!attemptsOf.has(x.step)) attemptsOf.set(x.step, []);
@@ -156,7 +167,7 @@ const phaseA = Float64Array.from(phases, (r) => r[2]);
 const phaseMax = phases.reduce((m, r) => Math.max(m, r[3]), 0);
 const PHASE = ['prepare', 'execute', 'commit', 'recover'];
 const COL = {prepare: '#5b8def', execute: '#f0a030', commit: '#3fae6a', recover: '#e0504a',
-  rt: '#c6d4e9', rtFail: '#f2a09a', rtLost: '#f6c9c5', rtVoid: '#e3e6ea', decode: '#8e6bd1', exec: '#2a9d8f',
+  rt: '#c6d4e9', rtFail: '#f2a09a', last: '#b45309', rtLost: '#f6c9c5', rtVoid: '#e3e6ea', decode: '#8e6bd1', exec: '#2a9d8f',
   encode: '#d9a400', audit: '#7b8fe0', hand: '#a9dbb3', wait: '#f7c98b', lost: '#d62728',
   restart: '#ef7d0d', note: '#7d8590', peer: '#9b4dca', replaced: '#2f9e44', end: '#333',
   link: '#0e7490', cut: '#0e7490', resize: '#a8327d', grow: '#2f9e44',
@@ -738,6 +749,10 @@ function drawRank(L, y, h, st, seen) {
       ctx.strokeStyle = COL.lost; ctx.lineWidth = 1;
       ctx.strokeRect(x0 + 0.5, top + 0.5, Math.max(1, w - 1), rh - 1);
     }
+    if (it.x.arrivals && it.x.arrivals.last === it.rt.rank && w > 3) {
+      ctx.fillStyle = COL.last;          // the result the join waited for: its end, marked
+      ctx.fillRect(x1 - 2, top - 2, 2, rh + 4);
+    }
     const ins = it.rt.inside;
     if (ins && w > 5) {
       const iy = top + rh * 0.42, ih = rh * 0.58;
@@ -1023,6 +1038,12 @@ function rtLines(it) {
     }
   } else out.push('no result in the log');
   if (x.links.has(r.rank)) out.push('link: ' + x.links.get(r.rank));
+  const came = x.arrivals ? x.arrivals.rows.find((a) => a.rank === r.rank) : undefined;
+  if (came) {
+    out.push(x.arrivals.last === r.rank ? 'arrived last, ' + ft(came.behind) + ' behind the first: the join ' +
+      'waited for it' : 'arrived ' + ft(came.behind) + ' behind the first, ' +
+      ft(x.arrivals.most - came.behind) + ' before the last');
+  }
   out.push('join: ' + x.verdict);
   return out;
 }
@@ -1224,6 +1245,28 @@ function resultTables(x) {
   table(P, ['rank', 'bytes', 'request', 'start', 'ran', 'accepted', 'writes'], rows,
     new Set([0, 1, 3, 4, 5]));
 }
+const ARRIVAL_BAR = 120;                // px: the bar of the last arrival
+function arrivalTable(x) {
+  // each rank's result as it came to the join, in rank order: a bar from 0 to how far behind the
+  // first it came, the last one (the one the join waited for) marked
+  const A = x.arrivals;
+  if (!A || !A.rows.length) return;
+  add(P, 'div', 'sub', 'arrivals at the join' + (A.last >= 0 ? ': it waited ' + ft(A.most) +
+    ' for rank ' + A.last : ''));
+  const t = add(P, 'table', 'arrivals');
+  const hr = add(add(t, 'thead'), 'tr');
+  [['rank', 'n'], ['after', 'n'], ['behind first', 'n'], ['exec', 'n'], ['', ''], ['', '']].forEach(
+    (h) => add(hr, 'th', h[1], h[0]));
+  const body = add(t, 'tbody');
+  for (const r of A.rows.slice().sort((p, q) => p.rank - q.rank)) {
+    const last = r.rank === A.last;
+    const tr = add(body, 'tr', last ? 'last' : '');
+    [r.rank, ft(r.after), ft(r.behind), r.exec >= 0 ? ft(r.exec) : '-'].forEach((v) => add(tr, 'td', 'n', v));
+    const bar = add(add(tr, 'td', ''), 'span', 'abar');
+    bar.style.width = (A.most > 0 ? Math.round(ARRIVAL_BAR * r.behind / A.most) : 0) + 'px';
+    add(tr, 'td', '', last ? 'last' : '');
+  }
+}
 function eventLine(m) {
   const d = add(P, 'div', 'ev ' + (m.kind === 'lost' || m.kind.indexOf('fail') >= 0 ? 'bad'
     : m.kind === 'link' || m.kind === 'partition' ? 'link' : ''), '');
@@ -1264,6 +1307,7 @@ function showStep(k) {
     const n = Array.isArray(plan) ? plan.length : '?';
     add(P, 'h3', '', 'step ' + k + ', epoch ' + x.epoch + ': plan of ' + n + ' item' + (n === 1 ? '' : 's') +
       ', ' + hb(x.planBytes) + ' to ' + ranksText(x.rts.map((r) => r.rank).sort((p, q) => p - q)));
+    arrivalTable(x);
     if (plan === null || plan === undefined) {
       add(P, 'div', 'sub', 'plan not kept (the page bounds its size): inferris-dist inspect WIRELOG --step ' +
         k + ' prints it');
@@ -1516,6 +1560,7 @@ function header() {
     ['waiting', COL.waiting],
     ['running', COL.running], ['preempted', COL.preempted]];
   if (voided.length) items.splice(6, 0, ['void (sent ahead)', COL.rtVoid]);
+  if (arrived) items.splice(items.findIndex((it) => it[0] === 'failed') + 1, 0, ['last to arrive', COL.last]);
   if (worldChanges.length) items.splice(items.findIndex((it) => it[0] === 'restart') + 1, 0,
     ['resize', COL.resize]);
   if (RQ.coarse) {
@@ -1729,6 +1774,7 @@ window.inferrisPage = Object.freeze({
   attempts: attempts.length,
   failedAttempts: failed.length,
   attemptsInFlight: inFlight.length,
+  arrivals: arrived,
   marks: Object.freeze(Object.assign({}, markCount)),
   requestLanes: RQ.ids.length,
   requests: RQ.total,

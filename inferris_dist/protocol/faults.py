@@ -18,6 +18,7 @@ the rank never hears of them.
 from __future__ import annotations
 
 import os
+import random
 import signal
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -32,6 +33,8 @@ KINDS = {    # each kind: what it does (for help and docs); how a rank acts it o
     "exit": "exits 0 on receiving the plan",
     "hang": "stops answering, process alive (a busy loop holding the GIL)",
     "delay": "answers ARG seconds late",
+    "slow": "takes ARG times the model's time to execute (--exec-cost), ARG from 1 to 100",
+    "jitter": "takes up to ARG seconds more to execute, the same draw for the same fault and step",
     "garble": "replies with bytes that are not a valid message",
     "duplicate": "sends its result twice",
     "stale": "also re-sends its previous step's result",
@@ -51,7 +54,10 @@ KINDS = {    # each kind: what it does (for help and docs); how a rank acts it o
 }
 LINK_KINDS = frozenset({"plan-lost", "result-lost", "plan-delay", "result-delay", "plan-dup", "result-dup",
                         "reorder", "partition"})
-SECONDS_KINDS = frozenset({"delay", "plan-delay", "result-delay", "partition"})   # ARG: seconds
+SECONDS_KINDS = frozenset({"delay", "jitter", "plan-delay", "result-delay", "partition"})   # ARG: seconds
+FACTOR_KINDS = frozenset({"slow"})                  # ARG: a factor, 1 to MAX_FACTOR
+TIME_KINDS = frozenset({"slow", "jitter"})         # act on the model's time only: no trace changes
+MAX_FACTOR = 100.0
 FORMAT = "RANK:KIND@STEP[+][:ARG]"
 POLICIES = ("abort", "restore", "recompute", "shrink", "pause")     # what follows a failed step (recovery.py)
 
@@ -122,6 +128,13 @@ class Fault(NamedTuple):
                 raise bad(f"{kind} needs seconds, e.g. 1:{kind}@3:0.5")
             if not 0 <= arg <= 3600:
                 raise bad(f"{kind} seconds must be within 0..3600")
+        elif kind in FACTOR_KINDS:
+            try:
+                arg = float(plain(arg_part))
+            except ValueError:
+                arg = None
+            if arg is None or not 1 <= arg <= MAX_FACTOR:
+                raise bad(f"{kind} needs a factor from 1 to {MAX_FACTOR:g}, e.g. 1:{kind}@3+:2.5")
         elif arg_part:
             raise bad(f"{kind} takes no argument")
         return Fault(rank, kind, step, repeat, arg, text)
@@ -249,6 +262,17 @@ class FaultPlan:
         if firing:
             self.faults = [f for f in self.faults if f.repeat or f.step != step]
         return firing
+
+    def model_time(self, firing: dict[str, Fault], step: int, seconds: float) -> float:
+        """The model's time of a step (`seconds`, from --exec-cost) as the time faults make it:
+        `slow` multiplies it, `jitter` adds a draw of up to its ARG, the same for the same fault
+        text and step (the same run asks for the same times)."""
+        if "slow" in firing:
+            seconds *= firing["slow"].arg
+        if "jitter" in firing:
+            jitter = firing["jitter"]
+            seconds += random.Random(f"{jitter.text}/{step}").uniform(0.0, jitter.arg)
+        return seconds
 
     def before(self, firing: dict[str, Fault], rank: Acting) -> None:
         for kind, act in BEFORE.items():

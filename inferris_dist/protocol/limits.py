@@ -81,13 +81,14 @@ _UNITS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9}
 
 
 def parse_exec_cost(text: str) -> ExecCost:
-    """`1ms`, `500us`, `1ms+2us/token`, `2us/token`, `0`: ValueError with the reason otherwise."""
+    """`1ms`, `500us`, `1ms+2us/token` (or `/tok`), `2us/token`, `0`: ValueError with the reason
+    otherwise."""
     per_step = per_token = None
     for term in text.strip().split("+"):
         term = term.strip()
-        per = term.endswith("/token")
+        per = term.endswith(("/token", "/tok"))
         if per:
-            term = term[:-len("/token")]
+            term = term[:term.rindex("/")]
         value = _ns(term)
         if per:
             if per_token is not None:

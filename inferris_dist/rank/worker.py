@@ -300,30 +300,31 @@ class Worker:
         """The general way, through items and outcomes, so that the faults can act around it."""
         outcomes = self.faults.outcomes(firing, self.executor.verdicts(plan).outcomes, self.num_pages)
         frames = self.result_frames(plan.step, wire.encode_body(MsgType.RESULT, outcomes),
-                                    [item.num_tokens for item in plan.items])
+                                    [item.num_tokens for item in plan.items], firing)
         for message in self.faults.sends(firing, self.faults.frames(firing, frames)):
             send_frames(self.sock, message)
         self.faults.after_reply(firing, self)
         self.executor.apply(plan)
         self.faults.after_apply(firing, outcomes, self.executor.shard)
 
-    def result_frames(self, step: int, body: bytes, token_counts) -> list[bytes]:
-        """A RESULT's frames, once the model's time (if any) is over; with our own times when
-        the scheduler asked for them."""
-        if self.exec_cost:
-            self.model_time(sum(token_counts))
+    def result_frames(self, step: int, body: bytes, token_counts, firing: dict | None = None) -> list[bytes]:
+        """A RESULT's frames, once the model's time (if any, as the time faults make it) is
+        over; with our own times when the scheduler asked for them."""
+        if self.exec_cost or firing:
+            seconds = self.exec_cost.seconds(sum(token_counts))
+            self.model_time(self.faults.model_time(firing, step, seconds) if firing else seconds)
         executed = time.monotonic()
         frames = [wire.encode_header(MsgType.RESULT, self.epoch, step, self.rank, self.world_size), body]
         if self.timing:
             frames.append(wire.encode_timing((*self.times, executed, time.monotonic())))
         return frames
 
-    def model_time(self, num_tokens: int) -> None:
-        """--exec-cost: the step takes as long as a model would take, from the plan's arrival,
-        waited out without spinning (the core is free for the scheduler and the other ranks,
-        as with a GPU busy): the rank's own decoding and verdicts run inside that time, as a
-        kernel's launch does."""
-        seconds = self.times[0] + self.exec_cost.seconds(num_tokens) - time.monotonic()
+    def model_time(self, took: float) -> None:
+        """--exec-cost: the step takes as long as a model would take (`took` seconds), from the
+        plan's arrival, waited out without spinning (the core is free for the scheduler and the
+        other ranks, as with a GPU busy): the rank's own decoding and verdicts run inside that
+        time, as a kernel's launch does."""
+        seconds = self.times[0] + took - time.monotonic()
         if seconds <= 0:
             return
         if seconds < PARENT_CHECK_MS / 1000:

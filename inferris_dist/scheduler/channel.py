@@ -416,9 +416,12 @@ class RankChannel:
                     raise self.lost(rank, step, "died", f"died before answering step {step}", flight=flight)
             if len(got) < self.world_size and time.monotonic() >= deadline:
                 silent = sorted(set(range(self.world_size)) - set(got))
-                raise self.lost(silent[0], step, "timeout",
+                front = self.recorder.wavefront(range(self.world_size), set(silent))
+                err = self.lost(silent[0], step, "timeout",
                                 f"gave no answer to step {step} within {self.step_timeout:g} s",
                                 also=silent[1:], flight=flight)
+                err.wavefront = front
+                raise err
 
     def _take_all(self, messages, flight: Flight) -> None:
         """Each message, taken while `flight` is awaited. On a failure, the members' replies that

@@ -72,6 +72,7 @@ class Recovery(NamedTuple):
     hosts: tuple[str, ...] = ()   # where the replacements joined from (members we did not start)
     resize: Resize | None = None  # the world changed size (shrink; a regrow has no failure)
     waited: float = 0.0           # seconds the steps waited for it
+    wavefront: tuple[str, ...] = ()   # a deadline passed: where every rank was, a line each
 
 
 def _reading_through(cls: type) -> type:
@@ -381,14 +382,16 @@ class DistributedEngine:
             resize = self._shrink(err, ranks, step, "shrink" if policy == self.policy else "scale-down")
             self._keep(Recovery(step, failed_epoch, err.kind, err.rank, err.message, "shrink", (), (),
                                 resize.shard_pages, in_audit=in_audit, resize=resize,
-                                waited=time.monotonic() - started))
+                                waited=time.monotonic() - started,
+                                wavefront=tuple(getattr(err, "wavefront", ()))))
             return prepared
         restart = self._recompute if policy == "recompute" else self._restore
         prepared, ranks, pids, pages, preempted = restart(ranks, step, prepared)
         self._keep(Recovery(step, failed_epoch, err.kind, err.rank, err.message,
                             "restore" if restart == self._restore else policy,
                             tuple(ranks), tuple(pids), pages, tuple(preempted), in_audit=in_audit,
-                            hosts=self.group.hosts_of(ranks), waited=time.monotonic() - started))
+                            hosts=self.group.hosts_of(ranks), waited=time.monotonic() - started,
+                            wavefront=tuple(getattr(err, "wavefront", ()))))
         return prepared
 
     # -- pause: an operator decides (mechanism 14) ------------------------------------------

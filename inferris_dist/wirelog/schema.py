@@ -169,6 +169,9 @@ EVENTS: dict[str, Event] = {
         "epoch": req("int", "the epoch it was sent in"),
         "verdict": req("str", '"joined", what failed it, or "void (...)" for a plan never read'),
         "plan_bytes": req("int", "the plan's size on the wire"),
+        "arrivals": opt("list", "a joined attempt: each rank's result as it came, {rank, after (seconds "
+                                "after its plan was sent), behind (seconds behind the first), exec (its "
+                                "own execute seconds, where it said them)}", items="object"),
     }),
     "step": Event("each committed step", {
         "step": req("int", "the step"),
@@ -250,6 +253,11 @@ EVENTS: dict[str, Event] = {
         "code": req("int", "202: accepted, carried out next (a restart or a resize follows); 200: abort; "
                            "409: refused, the run stays paused"),
         "answer": req("object", "the answer"),
+    }),
+    "wavefront": Event("a step's deadline passed: where every rank was", {
+        "ranks": req("list", "per rank {rank, silent (no answer by the deadline), plan {step, epoch, ago}, "
+                             "result {step, epoch, ago}, fired {step, faults, ago}}; ago: seconds before "
+                             "the deadline passed; null where there was none", items="object"),
     }),
     "rejoin-wait": Event("--listen: the wait for replacements; t is its start", {
         "ranks": req("list", "the ranks waited for", items="int"),
