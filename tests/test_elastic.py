@@ -284,16 +284,16 @@ def test_a_loss_while_waiting_for_arrivals_pauses_before_the_next_plan(tmp_path,
     spec.write_text(json.dumps({
         "engine": {"max_step_tokens": 8, "page_size": 4, "num_pages": 16, "spec_len": 0, "world_size": 2},
         "requests": [{"request_id": "early", "prompt_len": 4, "max_new_tokens": 2},
-                     {"request_id": "late", "prompt_len": 4, "max_new_tokens": 2, "arrival_step": 400}]}))
+                     {"request_id": "late", "prompt_len": 4, "max_new_tokens": 2, "arrival_step": 150}]}))
     run = paused_run("--exec-cost", "10ms", spec=spec, world_size=2)
     # "early" is done at step 1: from step 2 the run waits for "late" (the log is flushed as it does)
     assert wait_until(lambda: run.log.exists() and '"event": "step", "step": 1,' in run.log.read_text(), 30)
     member = [m for m in events(run.log, "member") if m["rank"] == 1][-1]
     os.kill(member["pid"], signal.SIGKILL)                            # while the run waits for "late"
     status = run.paused()
-    assert status["step"] < 400 and "waited for arrivals" in status["message"]
+    assert status["step"] < 150 and "waited for arrivals" in status["message"]
     planned = [json.loads(x) for x in run.log.read_text().splitlines()
-               if '"PLAN"' in x and json.loads(x)["step"] >= 400]
+               if '"PLAN"' in x and json.loads(x)["step"] >= 150]
     assert planned == []                                              # paused before the next plan
     assert run.apply("i1", "retry", status["epoch"])[0] == 200
     rc, lines = run.finish()

@@ -35,8 +35,15 @@ def test_every_example_is_run_here():
            "bare_echo.py",                            # bench_boundary.py's transport floor
            "test_my_executor.py",                     # test_testing_api.py: pytest in a clean venv
            "bench_page.py",                           # test_page_scale.py
-           "bench_live_parts.py"}
+           "bench_live_parts.py", "bench_arrivals.py"}
     assert {p.name for p in EXAMPLES.iterdir() if p.is_file()} == ran
+
+
+def test_bench_arrivals(tmp_path):
+    """What recording the arrivals costs a step, as docs/performance.md says it (small here)."""
+    out = example("bench_arrivals.py", "--requests", 20, "--repeat", 2000, cwd=tmp_path)
+    assert re.search(r"^recording a join at world size 4: [\d.]+ us a step", out, re.M), out
+    assert re.search(r"^recording's share of a step: [\d.]+%$", out, re.M), out
 
 
 def test_bench_live_parts(tmp_path):

@@ -20,7 +20,7 @@ from inferris_dist.engine import Engine, load_workload, trace_dicts
 from tests.helpers.external import CLI, ENV, GOLDEN, serving_spec
 
 pytestmark = [pytest.mark.timeout(120)]
-COST = "0.2ms+2us/tok"           # a prefill chunk of a thousand tokens: a few ms; a decode step: 0.2
+COST = "0.1ms+1us/tok"           # a prefill chunk of a thousand tokens: about a ms; a decode step: 0.1
 
 
 @pytest.fixture(scope="module")

@@ -46,6 +46,7 @@ from inferris_dist.scheduler.group import ProcessGroup, Resize
 from inferris_dist.scheduler.options import LaunchOptions
 
 LOOK_EVERY_S = 0.005       # while idle with no model time: how often the members are looked at
+IDLE_WAIT_S = 2.0          # pause: the most an idle stretch waits in real time
 BUSY_PHASES = ("prepare", "commit")   # the scheduler's own work in a step
 MAX_RECOVERIES_KEPT = 256       # recoveries kept between two takes (the restarts of one step)
 RECOVERABLE = (RankLost, GroupViolation, BoundaryViolation, ShardDivergence)
@@ -105,8 +106,11 @@ class DistributedEngine:
         self.desk = options.operator               # pause: where instructions come from
         if self.policy == "pause" and self.desk is None:
             raise ValueError("pause needs an operator's desk (options.operator)")
-        self.idle_s = options.exec_cost.per_step_ns / 1e9 if options.exec_cost else 0.0
+        # pause (a serving engine with an operator, mechanism 14): an idle step takes the model's
+        # time of a step, up to IDLE_WAIT_S a stretch; under every other policy it takes none
+        self.idle_s = options.exec_cost.per_step_ns / 1e9 if options.exec_cost and self.policy == "pause" else 0.0
         self._next_look = 0.0                      # when an idle step without model time looks next
+        self._idle_until = 0.0                     # when this stretch's waiting ends
         self.recoveries: deque[Recovery] = deque(maxlen=MAX_RECOVERIES_KEPT)   # since take_recoveries()
         self.recoveries_unshown = 0                # recoveries past the kept ones, since the last take
         self._preempted_between_steps: list[str] = []  # by a recompute after an audit: shown next step
@@ -250,27 +254,31 @@ class DistributedEngine:
         """No plan crosses: the scheduler answers an empty one itself (one record per stretch
         of such steps). Meanwhile the ranks are watched: a loss while the run waits for
         arrivals is seen at once (the pidfd of a worker we started, a connection closing) and
-        recovered, or paused, before the next step is planned. An idle step takes the model's
-        time of a step (--exec-cost's per-step part), watching."""
+        recovered, or paused, before the next step is planned. Under pause an idle step takes
+        the model's time of a step (--exec-cost's per-step part), up to IDLE_WAIT_S a stretch,
+        watching: the run waits for arrivals as a serving engine does."""
         if self._idle_from is None:
             self._idle_from = self.engine.step_id
             if self.idle_s:
+                self._idle_until = time.monotonic() + IDLE_WAIT_S
                 self.recorder.waiting()
         trace = self.engine.idle_step()
         self._watch_idle(trace.step)
         return trace
 
     def _watch_idle(self, step: int) -> None:
-        """The members watched through an idle step: for its model time, or with none, a look
-        every LOOK_EVERY_S (a million idle steps cost a clock read each, not a poll each)."""
-        if not self.idle_s:
-            now = time.monotonic()
+        """The members watched through an idle step: for its model time, or with none (or the
+        stretch's wait spent), a look every LOOK_EVERY_S (a million idle steps cost a clock read
+        each, not a poll each)."""
+        now = time.monotonic()
+        wait = self.idle_s if now < self._idle_until else 0.0
+        if not wait:
             if now < self._next_look:
                 return
             self._next_look = now + LOOK_EVERY_S
         while True:
             try:
-                return self.group.watch(self.idle_s, step)
+                return self.group.watch(wait, step)
             except RECOVERABLE as err:
                 self._end_idle()
                 if err.epoch is None:
