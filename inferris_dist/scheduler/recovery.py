@@ -45,7 +45,7 @@ from inferris_dist.protocol.faults import POLICIES
 from inferris_dist.scheduler.group import ProcessGroup, Resize
 from inferris_dist.scheduler.options import LaunchOptions
 
-LOOK_EVERY_S = 0.005       # while idle with no model time: how often the members are looked at
+LOOK_EVERY_S = 0.02        # while idle with no model time: how often the members are looked at
 IDLE_WAIT_S = 2.0          # pause: the most an idle stretch waits in real time
 BUSY_PHASES = ("prepare", "commit")   # the scheduler's own work in a step
 MAX_RECOVERIES_KEPT = 256       # recoveries kept between two takes (the restarts of one step)
@@ -212,7 +212,7 @@ class DistributedEngine:
         if (self._idle_from is None and self.audit_every and not self.engine.done
                 and (trace.step + 1) % self.audit_every == 0):
             self._audit(trace.step)
-        if self.group.joining and not self.engine.done and self.group.joining_ready():
+        if self.regrow and self.group.joining and not self.engine.done and self.group.joining_ready():
             self._grow()
         self.engine.check_progress(trace)
 
@@ -263,7 +263,8 @@ class DistributedEngine:
                 self._idle_until = time.monotonic() + IDLE_WAIT_S
                 self.recorder.waiting()
         trace = self.engine.idle_step()
-        self._watch_idle(trace.step)
+        if self.idle_s or time.monotonic() >= self._next_look:
+            self._watch_idle(trace.step)
         return trace
 
     def _watch_idle(self, step: int) -> None:
@@ -429,16 +430,15 @@ class DistributedEngine:
                                 "scale-up": f"the world is at the size asked for ({self.requested})"}
                           .get(instruction, "not now")))
                 self._answer(ident, instruction, status, source, 409, {"error": why}, keep=False)
-                if source == "timeout":       # the default cannot be done: the run ends
-                    instruction = "abort"
-                else:
+                if source != "timeout":
                     continue
+                instruction = "abort"         # the default cannot be done: the run ends
             self.recorder.instruction(ident, instruction, status["epoch"], source, 202 if instruction != "abort"
                                       else 200, {"result": "accepted" if instruction != "abort" else "aborted"})
             if instruction == "abort":
                 said = ("the operator said abort" if source == "operator" else
                         f"no instruction within --pause-timeout {desk.pause_timeout:g} s: {desk.default}, "
-                        f"the default")
+                        f"the default" + ("" if desk.default == "abort" else ", could not be carried out"))
                 self._answer(ident, "abort", status, source, 200, {"result": "aborted"}, logged=True)
                 desk.set(phase="failed")
                 err.message += f" (paused; {said})"
@@ -458,7 +458,8 @@ class DistributedEngine:
                     new.epoch = group.epoch
                 self._answer(ident, instruction, status, source, 200,
                              {"result": "failed", "message": new.message, "epoch": group.epoch}, logged=True)
-                err = new
+                err = new                      # paused again, on this loss, for a timeout of its own
+                deadline = time.monotonic() + desk.pause_timeout
                 continue
             self._answer(ident, instruction, status, source, 200,
                          {"result": "applied", "epoch": group.epoch, "world_size": group.world_size}, logged=True)

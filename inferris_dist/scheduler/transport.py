@@ -131,8 +131,10 @@ class Transport:
             due = next_due()
             if due is not None:
                 deadline = min(deadline, due)
-        timeout = max(0.0, deadline - time.monotonic())
-        return dict(self._poller.poll(int(timeout * 1000) + 1))
+        timeout = deadline - time.monotonic()
+        # a deadline still ahead is waited for (rounded up to the millisecond); one passed is a
+        # look, not a millisecond's sleep (an idle stretch looks at its members often)
+        return dict(self._poller.poll(int(timeout * 1000) + 1 if timeout > 0 else 0))
 
     def wait(self, deadline: float, next_due: Callable[[], float | None] | None = None
              ) -> tuple[list[int], list[tuple[list[bytes], Meta | None]]]:
