@@ -24,7 +24,7 @@ demo: bytecode
 
 test: bytecode
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n 2   # two test processes: this machine's two cores
+	$(BIN)/python -m pytest -n 2 --dist worksteal   # two test processes: this machine's two cores; an idle one takes work from the other
 
 bench: bytecode
 	$(BIN)/python examples/serving.py
