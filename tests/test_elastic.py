@@ -78,7 +78,8 @@ def test_shrink_keeps_the_trace_at_every_size(tmp_path, spec, faults):
 
 @pytest.mark.invariant("elastic-world/3")
 def test_below_the_floor_the_run_fails_naming_it():
-    proc = subprocess.run([*CLI, "launch", "--spec", str(GOLDEN / "random_001.spec.json"), "--world-size", "4",
+    proc = subprocess.run([*CLI, "launch", "--spec", str(GOLDEN / "random_001.spec.json"),
+                           "--world-size", "4",
                            "--on-rank-loss", "shrink", "--min-world-size", "3", "--fault", "1:crash@2",
                            "--fault", "1:crash@4"], capture_output=True, text=True, env=ENV, timeout=60)
     assert proc.returncode == 1, proc.stderr
@@ -128,7 +129,8 @@ class Paused:
         self.log = tmp_path / "wire.jsonl"
         self.out = tmp_path / "stdout.jsonl"          # a file: the lines never wait for a reader
         with open(self.out, "wb") as out:
-            self.proc = subprocess.Popen([*CLI, "launch", "--spec", str(spec), "--world-size", str(world_size),
+            self.proc = subprocess.Popen([*CLI, "launch", "--spec", str(spec),
+                                          "--world-size", str(world_size),
                                           "--on-rank-loss", "pause", "--serve", "127.0.0.1:0", "--json",
                                           "--wire-log", str(self.log), *extra],
                                          stdout=out, stderr=subprocess.PIPE, env=ENV)
@@ -151,7 +153,8 @@ class Paused:
 
     def apply(self, ident: str, instruction: str, epoch: int, token: str | None = "") -> tuple[int, dict]:
         return self.curl("/fault-tolerance/apply", "-X", "POST", "-H", "Content-Type: application/json",
-                         "-d", json.dumps({"id": ident, "instruction": instruction, "epoch": epoch}), token=token)
+                         "-d", json.dumps({"id": ident, "instruction": instruction, "epoch": epoch}),
+                         token=token)
 
     def paused(self, timeout: float = 30) -> dict:
         got = {}
@@ -333,7 +336,8 @@ def test_scale_up_after_a_scale_down_returns_to_the_size_asked_for(tmp_path):
     thread.start()
     workload = load_workload(GOLDEN / "random_001.spec.json").with_config(world_size=3)
     log = tmp_path / "wire.jsonl"
-    with inferris_dist.launch(workload, on_rank_loss="pause", operator=desk, faults=["1:crash@2", "1:crash@6"],
+    with inferris_dist.launch(workload, on_rank_loss="pause", operator=desk,
+                              faults=["1:crash@2", "1:crash@6"],
                               wire_log=str(log)) as engine:
         lines = [json.loads(engine.json_line(t)) for t in engine.run()] + [{"summary": engine.summary()}]
         final = engine.group.world_size

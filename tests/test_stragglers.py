@@ -67,7 +67,8 @@ def test_time_faults_change_no_trace(rung):
 
 def test_a_hang_shows_the_wavefront_and_names_the_hung_rank_alone(tmp_path):
     log = tmp_path / "wire.jsonl"
-    done = subprocess.run([*CLI, "launch", "--spec", str(GOLDEN / "random_004.spec.json"), "--world-size", "4",
+    done = subprocess.run([*CLI, "launch", "--spec", str(GOLDEN / "random_004.spec.json"),
+                           "--world-size", "4",
                            "--fault", "2:hang@3", "--step-timeout", "0.5", "--wire-log", str(log)],
                           capture_output=True, text=True, env=ENV, timeout=60)
     assert done.returncode == 1

@@ -245,7 +245,8 @@ def test_a_worker_given_the_run_secret_proves_it_in_hello():
         assert pid == worker.pid
         text = f"inferris-dist hello v{wire.PROTOCOL_VERSION} rank=1 world=2 pid={pid}".encode()
         assert proof == hmac.new(secret, text, hashlib.sha256).digest()
-        fake.send(pack([wire.PROTOCOL_VERSION, 9, 0, 0, -1, 2]), pack(["claims rank 1 from pid 1, not the worker we started"]))
+        fake.send(pack([wire.PROTOCOL_VERSION, 9, 0, 0, -1, 2]),
+                  pack(["claims rank 1 from pid 1, not the worker we started"]))
         assert exit_line(worker, 10) == (1, "worker-js rank 1: refused by the scheduler")
     finally:
         stop_all([worker])

@@ -27,8 +27,8 @@ from inferris_dist.chaos.schedules import (
     parse_kind_weights,
     workload_key,
 )
-from inferris_dist.engine import Workload, WorkloadError
 from inferris_dist.chaos.verdicts import CHAOS_POLICIES as POLICIES
+from inferris_dist.engine import Workload, WorkloadError
 from inferris_dist.protocol.faults import kind_of
 
 REPORT_VERSION = 1

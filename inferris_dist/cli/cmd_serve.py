@@ -269,6 +269,7 @@ class LaunchServer:
         """The operator's bearer token: made now, written 0600 into the run directory (never
         into the wire log, the page or /status), said once on stderr."""
         import secrets
+
         from inferris_dist.launcher import make_run_dir
         if self.run_dir is None:
             self.run_dir = make_run_dir()

@@ -200,7 +200,8 @@ def resize_text(r) -> str:
     if moved:
         words += f"; renumbered {' '.join(moved)}"
     if z.added:
-        words += "; joined: " + ", ".join(f"rank {rank} as pid {pid}" for rank, pid in zip(r.restarted, r.pids))
+        joined = zip(r.restarted, r.pids)
+        words += "; joined: " + ", ".join(f"rank {rank} as pid {pid}" for rank, pid in joined)
     words += f"; every rank holds the pool ({z.shard_pages} pages)"
     if z.hidden is not None:
         words += (f"; {z.hidden:.2f} s of start-up ran while the steps went on, "

@@ -716,7 +716,8 @@ class _Checker:
                     say(f"the shrink into epoch {new} keeps rank {rank}, lost at line {at}", rank)
             self._counted(say)
         elif lost or to > requested or not added:
-            say(f"a {why} from {self.n} to {to} ranks (it may only add ranks, up to the {requested} asked for)")
+            say(f"a {why} from {self.n} to {to} ranks (it may only add ranks, up to the {requested} "
+                f"asked for)")
         members = {r: None for r in range(to)}
         for i, r in enumerate(kept):
             members[i] = self.members.get(r)
@@ -743,7 +744,8 @@ class _Checker:
     def ev_pause(self, ev: dict, line: int) -> None:
         """A run under pause stopped on a loss: nothing more is sent until an instruction."""
         if self.run_event.get("policy") != "pause":
-            self.bad(line, f"a pause in a run whose policy is {shown(str(self.run_event.get('policy')))[:32]}",
+            policy = shown(str(self.run_event.get("policy")))[:32]
+            self.bad(line, f"a pause in a run whose policy is {policy}",
                      ev["step"], ev["epoch"])
         self._same_epoch(ev, line, "a pause")
         self.paused, self.instructed = line, None
@@ -753,8 +755,8 @@ class _Checker:
         if ev["code"] not in (200, 202):
             return                                # refused: the run stays paused
         if self.paused is None:
-            self.bad(line, f"instruction {shown(ev['id'])[:40]} ({ev['instruction']}) carried out while nothing "
-                           f"was paused", epoch=ev["epoch"])
+            self.bad(line, f"instruction {shown(ev['id'])[:40]} ({ev['instruction']}) carried out while "
+                           f"nothing was paused", epoch=ev["epoch"])
         if ev["id"] in self.instruction_ids:
             self.bad(line, f"instruction {shown(ev['id'])[:40]} carried out twice (an id acts once)",
                      epoch=ev["epoch"])
@@ -792,7 +794,7 @@ class _Checker:
             say("a restart in a run whose policy is abort (abort stops at the first failure)")
         elif policy == "pause":
             if theirs != "restore" or self.instructed not in ("retry", "scale-up"):
-                say(f"a restart under pause that no retry or scale-up instruction asked for")
+                say("a restart under pause that no retry or scale-up instruction asked for")
         elif policy == "shrink" and theirs == "restore":
             pass                                 # a failure no rank can be blamed for: restored
         elif theirs is not None and theirs != policy:

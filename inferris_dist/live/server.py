@@ -409,7 +409,8 @@ class LiveServer:
         if not self.control.allows(req.headers.get("authorization")):
             _send(conn, response(401, _json({"error": "the run's bearer token is needed: "
                                                        "Authorization: Bearer TOKEN"}),
-                                 "application/json", extra='WWW-Authenticate: Bearer realm="inferris-dist"\r\n'))
+                                 "application/json",
+                                 extra='WWW-Authenticate: Bearer realm="inferris-dist"\r\n'))
             return
         if path == "status":
             code, body = self.control.ask({"op": "status"})

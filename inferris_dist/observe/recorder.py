@@ -130,7 +130,8 @@ class Recorder:
         if self.timeline is not None:
             self.timeline.instant("paused", step=status["step"], epoch=status["epoch"])
 
-    def instruction(self, ident: str, instruction: str, epoch: int, source: str, code: int, answer: dict) -> None:
+    def instruction(self, ident: str, instruction: str, epoch: int, source: str, code: int,
+                    answer: dict) -> None:
         """An operator's instruction carried out or refused (or the pause timeout's default)."""
         if self.log is not None:
             self.log.event("instruction", id=ident, instruction=instruction, epoch=epoch, source=source,
@@ -320,7 +321,8 @@ class Recorder:
             plan, result, fired = front.get("plan"), front.get("result"), front.get("fired")
             said = [f"last plan step {plan[0]} (epoch {plan[1]}) {now - plan[2]:.2f} s ago" if plan
                     else "no plan yet",
-                    f"last result step {result[0]} {now - result[2]:.2f} s ago" if result else "no result yet",
+                    f"last result step {result[0]} {now - result[2]:.2f} s ago" if result
+                    else "no result yet",
                     f"last FIRED {fired[3]} {now - fired[2]:.2f} s ago" if fired else "no FIRED"]
             lines.append(f"rank {r}: {'; '.join(said)}{'   <- no answer' if r in silent else ''}")
             rows.append({"rank": r, "silent": r in silent,

@@ -1021,7 +1021,8 @@ class Builder:
         who = "the pause timeout" if ev.get("source") == "timeout" else "the operator"
         code = ev.get("code")
         how = {202: "carried out", 200: "carried out"}.get(code, f"refused ({say(code)})")
-        self._mark("note", t, f"{who}: {say(ev.get('instruction'))[:16]} (id {say(ev.get('id'))[:40]}), {how}",
+        what = f"{say(ev.get('instruction'))[:16]} (id {say(ev.get('id'))[:40]})"
+        self._mark("note", t, f"{who}: {what}, {how}",
                    [], None, ev.get("epoch"))
 
     def _ev_wavefront(self, ev: dict, t: float) -> None:

@@ -14,8 +14,8 @@ from inferris_dist.protocol.placement import PlacementError, check_address, is_l
 
 if TYPE_CHECKING:       # annotations only: the command line reads the defaults as it builds a parser
     from inferris_dist.launcher import Template
-    from inferris_dist.scheduler.operator import Desk
     from inferris_dist.observe.timeline import Timeline
+    from inferris_dist.scheduler.operator import Desk
 
 
 MAX_RESTARTS = 100_000     # recoveries one run may spend, at most (a budget like every other flag's)

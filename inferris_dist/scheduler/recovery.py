@@ -108,7 +108,8 @@ class DistributedEngine:
             raise ValueError("pause needs an operator's desk (options.operator)")
         # pause (a serving engine with an operator, mechanism 14): an idle step takes the model's
         # time of a step, up to IDLE_WAIT_S a stretch; under every other policy it takes none
-        self.idle_s = options.exec_cost.per_step_ns / 1e9 if options.exec_cost and self.policy == "pause" else 0.0
+        paced = options.exec_cost and self.policy == "pause"
+        self.idle_s = options.exec_cost.per_step_ns / 1e9 if paced else 0.0
         self._next_look = 0.0                      # when an idle step without model time looks next
         self._idle_until = 0.0                     # when this stretch's waiting ends
         self.recoveries: deque[Recovery] = deque(maxlen=MAX_RECOVERIES_KEPT)   # since take_recoveries()
@@ -433,8 +434,9 @@ class DistributedEngine:
                 if source != "timeout":
                     continue
                 instruction = "abort"         # the default cannot be done: the run ends
-            self.recorder.instruction(ident, instruction, status["epoch"], source, 202 if instruction != "abort"
-                                      else 200, {"result": "accepted" if instruction != "abort" else "aborted"})
+            aborting = instruction == "abort"
+            self.recorder.instruction(ident, instruction, status["epoch"], source, 200 if aborting else 202,
+                                      {"result": "aborted" if aborting else "accepted"})
             if instruction == "abort":
                 said = ("the operator said abort" if source == "operator" else
                         f"no instruction within --pause-timeout {desk.pause_timeout:g} s: {desk.default}, "
@@ -462,7 +464,8 @@ class DistributedEngine:
                 deadline = time.monotonic() + desk.pause_timeout
                 continue
             self._answer(ident, instruction, status, source, 200,
-                         {"result": "applied", "epoch": group.epoch, "world_size": group.world_size}, logged=True)
+                         {"result": "applied", "epoch": group.epoch, "world_size": group.world_size},
+                         logged=True)
             desk.set(phase="running", epoch=group.epoch, world_size=self._sizes(), lost=[], survivors=[])
             return again
 

@@ -224,7 +224,8 @@ def examples() -> list[tuple[str, list[bytes]]]:
         ("STOP", tap.find("out", MsgType.STOP)),
         ("REFUSED", refused),
         ("RESIZE", shrunk.find("out", MsgType.RESIZE, lambda h, f: h.rank == 1)),
-        ("READY, after a RESIZE", shrunk.find("in", MsgType.READY, lambda h, f: h.epoch == 1 and h.rank == 1)),
+        ("READY, after a RESIZE", shrunk.find("in", MsgType.READY,
+                                              lambda h, f: h.epoch == 1 and h.rank == 1)),
     ]
 
 
