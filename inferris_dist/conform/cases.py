@@ -433,11 +433,9 @@ def c_resize(kit: Kit, where: Path) -> Outcome:
         step_through(se, 2)
         body = wire.encode_body(MsgType.RESIZE, wire.Resize(FOREIGN_SHARD, []))
         s.send(se.ident, MsgType.RESIZE, body, epoch=2, step=se.rec.plans[2].step, rank=0, world_size=1)
-        got = s.expect(MsgType.READY, 5.0, "after a RESIZE to rank 0 of 1 in epoch 2")
-        h = got.header
-        if (h.epoch, h.rank, h.world_size) != (2, 0, 1):
-            return Outcome(FAIL, f"its READY after the RESIZE is headed epoch {h.epoch}, rank {h.rank} "
-                                 f"of {h.world_size}, not epoch 2, rank 0 of 1")
+        wrong = _not_resized(s.expect(MsgType.READY, 5.0, "after a RESIZE to rank 0 of 1 in epoch 2"))
+        if wrong is not None:
+            return wrong
         s.send(se.ident, MsgType.AUDIT, wire.encode_body(MsgType.AUDIT, ()), epoch=2, step=2, rank=0,
                world_size=1)
         shard = s.expect(MsgType.SHARD, 5.0, "for an AUDIT after the RESIZE")
@@ -450,13 +448,20 @@ def c_resize(kit: Kit, where: Path) -> Outcome:
             return Outcome(FAIL, f"after a RESIZE its shard is not the one it was given: {_short(held)}")
         plan, _ = wire.encode_plan(se.rec.plans[2])
         s.send(se.ident, MsgType.PLAN, plan, epoch=2, step=se.rec.plans[2].step, rank=0, world_size=1)
-        got = s.expect(MsgType.RESULT, 5.0, "for a plan after the RESIZE")
-        h = got.header
-        if (h.epoch, h.rank, h.world_size) != (2, 0, 1):
-            return Outcome(FAIL, f"its RESULT after the RESIZE is headed epoch {h.epoch}, rank {h.rank} "
-                                 f"of {h.world_size}, not epoch 2, rank 0 of 1")
+        wrong = _not_resized(s.expect(MsgType.RESULT, 5.0, "for a plan after the RESIZE"))
+        if wrong is not None:
+            return wrong
         return Outcome(PASS, "renumbered to rank 0 of 1: READY, the shard it was given, the next "
                              "plan answered as rank 0")
+
+
+def _not_resized(got) -> Outcome | None:
+    """A FAIL if `got` is not headed epoch 2, rank 0 of 1 (c_resize's new place); else None."""
+    h = got.header
+    if (h.epoch, h.rank, h.world_size) == (2, 0, 1):
+        return None
+    return Outcome(FAIL, f"its {h.type.name} after the RESIZE is headed epoch {h.epoch}, rank {h.rank} "
+                         f"of {h.world_size}, not epoch 2, rank 0 of 1")
 
 
 def c_resize_before_config(kit: Kit, where: Path) -> Outcome:

@@ -45,8 +45,8 @@ class Recorder:
             timeline.shared_clock = shared_clock    # ranks on this host read our clock
         self.totals = {r: RankTotals() for r in range(world_size)}
         self.arrivals = Arrivals()          # every rank's arrival at every join
-        # the wavefront (as a flight recorder keeps it): per rank, the last plan sent to it, its
-        # last result taken and its last FIRED, each (step, epoch, when[, what])
+        # the wavefront (as a flight recorder keeps it): per rank, its last result taken and its
+        # last FIRED, each (step, epoch, when[, what]); the plans out say the rest
         self.front: dict[int, dict[str, tuple]] = {}
         self.attempts: deque[StepRecord] = deque(maxlen=MAX_ATTEMPTS)   # since take_attempts()
         self.last_record: StepRecord | None = None   # the attempt whose replies were gathered last
@@ -155,8 +155,6 @@ class Recorder:
              body: Any, link: str | None = None) -> None:
         """A message sent to `rank` (`link`: what a link fault did to it on its way)."""
         self.totals[rank].bytes_sent += header_bytes + body_bytes
-        if kind is MsgType.PLAN:
-            self.front.setdefault(rank, {})["plan"] = (step, epoch, time.monotonic())
         if self.log is not None:
             if link is None:
                 self.log.message("out", rank, epoch, step, kind.name, body_bytes, body)
@@ -310,15 +308,19 @@ class Recorder:
                 self.log.event("attempt", step=record.step, epoch=record.epoch,
                                verdict=record.verdict or "failed", plan_bytes=record.plan_bytes)
 
-    def wavefront(self, ranks, silent) -> list[str]:
-        """One line per rank of `ranks`: the last plan it was sent, its last result and its last
-        FIRED, and how long ago each was; the ranks in `silent` marked (no answer by the
-        deadline). Logged as the `wavefront` event."""
+    def wavefront(self, ranks, silent, flights) -> list[str]:
+        """One line per rank of `ranks`: the last plan it was sent (of `flights`, the plans out:
+        their send times are theirs), its last result and its last FIRED, and how long ago each
+        was; the ranks in `silent` marked (no answer by the deadline). Logged as the `wavefront`
+        event."""
         now = time.monotonic()
         lines, rows = [], []
         for r in ranks:
             front = self.front.get(r, {})
-            plan, result, fired = front.get("plan"), front.get("result"), front.get("fired")
+            sent = [(f.sent_at[r], f.step, f.epoch) for f in flights if r in f.sent_at]
+            last = max(sent) if sent else None
+            plan = (last[1], last[2], last[0]) if last is not None else None     # step, epoch, when
+            result, fired = front.get("result"), front.get("fired")
             said = [f"last plan step {plan[0]} (epoch {plan[1]}) {now - plan[2]:.2f} s ago" if plan
                     else "no plan yet",
                     f"last result step {result[0]} {now - result[2]:.2f} s ago" if result

@@ -416,7 +416,8 @@ class RankChannel:
                     raise self.lost(rank, step, "died", f"died before answering step {step}", flight=flight)
             if len(got) < self.world_size and time.monotonic() >= deadline:
                 silent = sorted(set(range(self.world_size)) - set(got))
-                front = self.recorder.wavefront(range(self.world_size), set(silent))
+                front = self.recorder.wavefront(range(self.world_size), set(silent),
+                                                [flight, *self.in_flight.values()])
                 err = self.lost(silent[0], step, "timeout",
                                 f"gave no answer to step {step} within {self.step_timeout:g} s",
                                 also=silent[1:], flight=flight)
