@@ -86,6 +86,7 @@ MASKS = [
     (re.compile(r"ipc://[^\s,]+"), "ipc://RUN"),                       # a run directory's name
     (re.compile(r"\d+(?:\.\d+)? (?:[kMG]i?)?B\b"), "#"),                # a size: 46 B, 1.2 kB
     (re.compile(r"(?<![\w-])-(?![\w>-])"), "#"),                        # a number missing: 0.5/-/0.4
+    (re.compile(r"(?<![\w.])[+-](?=\d)"), ""),                          # a sign: +0.02, -0.38
     (re.compile(r"\d+(?:\.\d+)?"), "#"),                                # a number
     (re.compile(r"#(?:/#)+|# each\b"), "#"),                            # a list of them: 0.5/-/0.4
     (re.compile(r"\s+"), " "),
@@ -231,6 +232,8 @@ def test_other_numbers_pids_widths_and_a_missing_answer_keep_the_shape():
     assert mismatch(shown, printed) is None
     assert mismatch(["a", "..."], ["a"]) is None and mismatch(["...", "b"], ["b"]) is None
     assert mismatch(["took 1.5 s ... done"], ["took 2 s and then more done"]) is None
+    assert mismatch(["3  0 (0%)  +0.02  1.11"], ["3  0 (0%)  -0.38  1.10"]) is None   # a sign is the number's
+    assert mismatch(["2:slow@0+:4"], ["2:slow@0-:4"]) is not None
 
 
 def test_a_different_shape_fails():
