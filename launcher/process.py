@@ -478,7 +478,7 @@ class Template:
     def status_of(self, pid: int, wait: float = 0.0) -> int | None:
         """The wait status the template reported for `pid` (reading its notes up to `wait` s)."""
         deadline = time.monotonic() + wait
-        while pid not in self._statuses:
+        while pid not in self._statuses and self.sock is not None:    # a closed template says no more
             left = deadline - time.monotonic()
             if left <= 0:
                 try:

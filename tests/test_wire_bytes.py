@@ -28,7 +28,7 @@ RESIZE = wire.Resize(SHARD, ["0:crash@9"])
 
 PINNED = [
     # (name, kind or None for a header, the message, its exact bytes in hex)
-    ("header", None, (MsgType.PLAN, 1, 7, 2, 4), "96060401070204"),
+    ("header", None, (MsgType.PLAN, 1, 7, 2, 4), "96070401070204"),
     ("hello", MsgType.HELLO, wire.Hello(4242, b"\x01" * 4), "92cd1092c40401010101"),
     ("config", MsgType.CONFIG, CONFIG,
      # ... faults ["1:crash@3"], exec cost [1 ms, 2 us per token] in ns
@@ -61,7 +61,7 @@ PINNED = [
 
 
 def test_the_protocol_version_is_the_pinned_one():
-    assert wire.PROTOCOL_VERSION == 6, "the format changed: re-pin every message below"
+    assert wire.PROTOCOL_VERSION == 7, "the format changed: re-pin every message below"
 
 
 @pytest.mark.parametrize("name,kind,message,hexed", PINNED, ids=[p[0].replace(" ", "-") for p in PINNED])

@@ -202,7 +202,8 @@ class Report:
                 "seconds": round(self.seconds, 3), "breaks": [b.to_json() for b in self.breaks],
                 "table": self.table_rows(),
                 "totals": [{"policy": p, "rung": r, "runs": v[0], "breaks": v[1]}
-                           for (p, r), v in self.totals.items()],
+                           for (p, r), v in sorted(self.totals.items(),
+                                                   key=lambda x: self._order(("", *x[0])))],
                 "coverage": {"fired": [k for k in self.kinds if k in self.fired],
                              "never_fired": self.never_fired}}
 

@@ -1,18 +1,21 @@
 """Running chaos schedules on real processes, one after another, and judging each run.
 
 A `Session` keeps what one run can lend the next: the process it runs in, one worker template
-(every run forks its workers from it instead of starting a template of its own: the template's
-start and stop are most of a short run's fixed cost), the in-process reference of each workload
-and rung, and a private directory for the wire logs. Everything else is a run's own, as a
-`launch` makes it: its socket, its run directory, its workers, its epoch.
+(a worker the run must start is forked from it, not started afresh), a warm world
+(scheduler/world.py: the workers of a run that ended whole, still connected, configured again
+by the next run, which starts only the ranks it lacks), the in-process reference of each
+workload and rung, and a private directory for the wire logs. Everything else is a run's own,
+as a `launch` makes it: its epochs, its faults, its recoveries, its wire log.
 
 After each run the session looks for what the run may have left: every worker it started must
-be gone (`Run.pids`), and no run directory of this process other than the template's may be
-left in the temp directory. The wire log of every run is written to a file and handed to each
-of `checkers` (by default WIRE_LOG_CHECKERS, below).
+be gone (`Run.pids`) but those it handed back to the warm world, and no run directory of this
+process other than the template's and the world's may be left in the temp directory. The wire
+log of every run is written to a file and handed to each of `checkers` (by default
+WIRE_LOG_CHECKERS, below).
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -35,6 +38,7 @@ from inferris_dist.chaos.verdicts import (
 from inferris_dist.engine import Workload, WorkloadError
 from inferris_dist.launcher import Template
 from inferris_dist.launcher.rundir import PREFIX, short_roots
+from inferris_dist.scheduler.world import World
 
 
 # -- the wire-log checkers ----------------------------------------------------------------------
@@ -50,6 +54,23 @@ def history(path: Path) -> list:
 WIRE_LOG_CHECKERS: list[Callable[[Path], list]] = [log_is_complete, history]
 
 DEFAULT_STEP_TIMEOUT = 0.25   # a rank lost after this long: short, since a hang waits all of it out
+MEASURE_TIMEOUT = 5.0         # the deadline of the runs that measure the step time (no fault in them)
+
+# The step deadline chaos derives from the workload's own steps (`deadline_from`): a multiple of
+# the median step measured (and of the slowest, so that one costly step is not cut off), rounded
+# up to a grid so that a machine's noise rarely moves it (nor the schedules drawn from it), within
+# bounds: a hang costs the whole deadline, and one too short loses healthy ranks on a busy machine.
+MEDIAN_FACTOR, SLOWEST_FACTOR = 100, 10
+DEADLINE_GRID = 0.05
+DEADLINE_BOUNDS = (0.1, 1.0)
+
+
+def deadline_from(median: float, slowest: float) -> float:
+    """The step deadline for a workload whose steps took `median` seconds, at most `slowest`."""
+    low, high = DEADLINE_BOUNDS
+    want = max(median * MEDIAN_FACTOR, slowest * SLOWEST_FACTOR)
+    steps = math.ceil(round(want / DEADLINE_GRID, 6))
+    return min(high, max(low, round(steps * DEADLINE_GRID, 3)))
 LEFT_WITHIN = 2.0        # seconds a run's workers may take to be gone once the run has returned
 
 
@@ -75,7 +96,7 @@ class Session:
     def __init__(self, *, step_timeout: float = DEFAULT_STEP_TIMEOUT, max_restarts: int = 3,
                  checkers: Sequence[Callable[[Path], list]] | None = None, engine_class: type | None = None,
                  share_template: bool = True, left_within: float = LEFT_WITHIN, exec_cost=None,
-                 worker: str | None = None):
+                 worker: str | None = None, warm: bool = True):
         self.step_timeout = step_timeout
         self.max_restarts = max_restarts
         # the list itself, not a copy: a checker added to WIRE_LOG_CHECKERS later is used too
@@ -87,6 +108,8 @@ class Session:
         self.worker = worker            # a worker command (LaunchOptions.worker): no template then
         self.template: Template | None = None
         self.template_pids: list[int] = []          # every template this session started
+        self.warm = warm                            # keep a warm world between runs
+        self.world: World | None = None
         self.logs: Path | None = None
         self.references: dict[tuple[str, str], Reference] = {}
         self.runs = 0
@@ -99,6 +122,9 @@ class Session:
         self.close()
 
     def close(self) -> None:
+        if self.world is not None:
+            self.world.close()               # its workers, its socket, its run directory
+            self.world = None
         if self.template is not None:
             self.template.close()            # and its run directory with it
             self.template = None
@@ -132,6 +158,42 @@ class Session:
             self.template_pids.append(template.pid)
         return self.template
 
+    def _options(self, rung: str, step_timeout: float) -> dict:
+        """What every run of the session is launched with (run_on_processes's options)."""
+        options = dict(step_timeout=step_timeout, rung=rung)
+        template = self.shared_template() if self.worker is None else None
+        if self.worker is not None:
+            options["worker"] = self.worker
+        if self.warm:
+            if self.world is None:
+                self.world = World()
+            options["world"] = self.world
+        if template is not None:
+            options["template"] = template
+        if self.exec_cost is not None:
+            options["exec_cost"] = self.exec_cost
+        if self.engine_class is not None:
+            options["engine_class"] = self.engine_class
+        return options
+
+    def step_times(self, workload: Workload, world_size: int, rung: str, runs: int = 3) -> list[float]:
+        """The time of every step of `runs` runs of `workload` on processes without faults, each
+        step timed from the commit before it (the first from the start of the steps). The
+        session's world and template serve them, and are warm after."""
+        from inferris_dist.scheduler.entry import launch
+        workload = workload.with_config(world_size=world_size)
+        options = self._options(rung, MEASURE_TIMEOUT)
+        options.pop("engine_class", None)
+        times: list[float] = []
+        for _ in range(runs):
+            with launch(workload, world_size, **options) as engine:
+                last = time.monotonic()
+                for _trace in engine.run():
+                    now = time.monotonic()
+                    times.append(now - last)
+                    last = now
+        return times
+
     # -- one run --------------------------------------------------------------------------------
 
     def run(self, workload: Workload, schedule: Schedule, *, max_restarts: int | None = None) -> Outcome:
@@ -142,18 +204,9 @@ class Session:
         workload = workload.with_config(world_size=schedule.world_size)
         self.runs += 1
         log = self.logs / f"run-{self.runs}.wire.jsonl"
-        options = dict(step_timeout=self.step_timeout, rung=schedule.rung, wire_log=str(log),
-                       max_restarts=self.max_restarts if max_restarts is None else max_restarts,
-                       name=schedule.workload)
-        template = self.shared_template() if self.worker is None else None
-        if self.worker is not None:
-            options["worker"] = self.worker
-        if template is not None:
-            options["template"] = template
-        if self.exec_cost is not None:
-            options["exec_cost"] = self.exec_cost
-        if self.engine_class is not None:
-            options["engine_class"] = self.engine_class
+        options = self._options(schedule.rung, self.step_timeout)
+        options.update(wire_log=str(log), name=schedule.workload,
+                       max_restarts=self.max_restarts if max_restarts is None else max_restarts)
         policy, operator = schedule.policy, None
         if policy == "regrow":                     # chaos's name for shrink with --regrow
             policy, options["regrow"] = "shrink", True
@@ -176,8 +229,10 @@ class Session:
             if operator is not None:
                 operator.stop()
         seconds = time.monotonic() - started
-        left = still_running(run.pids, self.left_within)
-        dirs = run_dirs_left({self.template.log_dir} if self.template is not None else set())
+        kept = set(self.world.pids) if self.world is not None else set()
+        left = still_running([p for p in run.pids if p not in kept], self.left_within)
+        dirs = run_dirs_left({d for d in (self.template.log_dir if self.template is not None else None,
+                                          self.world.run_dir if self.world is not None else None) if d})
         brk = judge_run(reference, run, schedule.faults, schedule.policy, wire_log=log,
                         checkers=self.checkers, left_running=left, run_dirs_left=dirs)
         if brk is None and operator is not None and operator.problems:

@@ -14,12 +14,13 @@ from inferris_dist.chaos.harness import DEFAULT_STEP_TIMEOUT
 from inferris_dist.chaos.verdicts import CHAOS_POLICIES as POLICIES
 from inferris_dist.chaos.verdicts import PROMISE_KINDS
 from inferris_dist.cli import render
-from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK, UsageError, int_arg
-from inferris_dist.cli.flags import add_knob_flags, add_max_restarts, add_step_timeout, add_workload_flags
+from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK, UsageError, int_arg, seconds_arg
+from inferris_dist.cli.flags import add_knob_flags, add_max_restarts, add_workload_flags
 from inferris_dist.cli.workload_source import workload_from_flags
-from inferris_dist.engine import WorkloadError
+from inferris_dist.engine import EngineError, WorkloadError
 from inferris_dist.engine.rungs import NAMES as RUNG_NAMES
 from inferris_dist.protocol.faults import LINK_KINDS
+from inferris_dist.protocol.limits import usable_cores
 
 DEFAULT_RUNS = 100
 
@@ -66,8 +67,14 @@ def add_arguments(p) -> None:
     e.add_argument("--profile", choices=("faults",),
                    help="with --worker: the worker implements protocol.md's faults profile, so every "
                         "kind is drawn")
-    add_step_timeout(e, DEFAULT_STEP_TIMEOUT, ": a hang costs this much")
+    e.add_argument("--step-timeout", type=seconds_arg, metavar="SECONDS",
+                   help="a rank that has not answered by then is lost (default: derived from the "
+                        "workload's steps, measured before the schedules: 100x the median step, "
+                        "within 0.1..1 s; a hang costs this much)")
     add_max_restarts(e)
+    e.add_argument("--jobs", type=int_arg, metavar="N",
+                   help="run N worlds at once, each a shard of the schedules (default: one per core; "
+                        "1 with --shard); the report does not depend on N")
     e.add_argument("--shard", type=shard_arg, default=(0, 1), metavar="K/N",
                    help="run only the schedules i with i mod N == K (0 <= K < N); merge the shards' "
                         "--json reports with `inferris-dist chaos merge`")
@@ -133,7 +140,6 @@ def _int_list(text: str) -> tuple[int, ...]:
 def run_chaos(args) -> int:
     if args.chaos_command == "merge":
         return run_merge(args.reports, args.merge_json)
-    from inferris_dist.chaos.exploring import ChaosConfig, explore
     from inferris_dist.chaos.harness import Session
     from inferris_dist.chaos.schedules import parse_kind_weights, random_workloads
     if args.runs is not None and args.time is not None:
@@ -178,8 +184,25 @@ def run_chaos(args) -> int:
             kinds = {k: w for k, w in kinds.items() if k in LINK_KINDS}
     elif args.profile is not None:
         raise UsageError("inferris-dist chaos: --profile is said of a --worker")
+    jobs = args.jobs if args.jobs is not None else 1 if args.shard != (0, 1) else usable_cores()
+    if jobs < 1:
+        raise UsageError("inferris-dist chaos: --jobs must be >= 1")
+    if jobs > 1 and args.shard != (0, 1):
+        raise UsageError("inferris-dist chaos: --jobs runs shards of its own: give --jobs or --shard")
+    with Session(step_timeout=args.step_timeout or DEFAULT_STEP_TIMEOUT, max_restarts=args.max_restarts,
+                 worker=args.worker) as session:
+        return _explore(args, session, workloads, seed, drawn_seed, kinds, jobs)
+
+
+def _explore(args, session, workloads, seed: int, drawn_seed: bool, kinds, jobs: int) -> int:
+    from inferris_dist.chaos.exploring import ChaosConfig, explore
+    derived = None
+    step_timeout = args.step_timeout
+    if step_timeout is None:
+        step_timeout, derived = _derive_step_timeout(session, workloads, args)
+        session.step_timeout = step_timeout
     config = ChaosConfig(workloads, seed, tuple(args.rung), tuple(args.policy), args.world_size,
-                         kinds, args.max_faults, args.step_timeout, args.max_restarts,
+                         kinds, args.max_faults, step_timeout, args.max_restarts,
                          args.random_workloads)
     if args.max_faults > args.max_restarts and any(p != "abort" for p in args.policy):
         sys.stderr.write(f"inferris-dist: note: up to {args.max_faults} faults a schedule and "
@@ -189,38 +212,47 @@ def run_chaos(args) -> int:
     runs = DEFAULT_RUNS if args.runs is None and args.time is None else args.runs
     out = sys.stdout
     if not args.json:
-        out.write(_header(config, seed, drawn_seed, runs, args.time, args.shard, args.worker) + "\n")
+        out.write(_header(config, seed, drawn_seed, runs, args.time, args.shard, args.worker, derived, jobs)
+                  + "\n")
         out.flush()
     live = Live(sys.stderr)
 
-    def on_run(outcome, report) -> None:
-        if outcome.brk is not None and not args.json:
+    def said_break(index: int, schedule, kind: str, reason: str) -> None:
+        if not args.json:
             live.clear()
-            out.write(f"break at schedule {outcome.schedule.index} ({outcome.brk.kind}): "
-                      f"{render.shown(str(outcome.schedule))}\n    {render.shown(outcome.brk.reason)}\n")
+            out.write(f"break at schedule {index} ({kind}): {render.shown(str(schedule))}\n"
+                      f"    {render.shown(reason)}\n")
             out.flush()
+
+    def on_run(outcome, report) -> None:
+        if outcome.brk is not None:
+            said_break(outcome.schedule.index, outcome.schedule, outcome.brk.kind, outcome.brk.reason)
         live.update(report)
 
-    with Session(step_timeout=config.step_timeout, max_restarts=config.max_restarts,
-                 worker=args.worker) as session:
-        try:
+    try:
+        if jobs > 1:
+            from inferris_dist.chaos.jobs import explore_in_jobs
+            report = explore_in_jobs(config, jobs, runs=runs, seconds=args.time, worker=args.worker)
+            for b in report.breaks:       # in the order of the schedules, whatever the jobs
+                said_break(b.index, b.schedule, b.kind, b.reason)
+        else:
             report = explore(config, runs=runs, seconds=args.time, shard=args.shard, session=session,
                              on_run=on_run)
-        finally:
-            live.clear()
-        if not args.json:
-            out.write(table_text(report) + "\n")
-            out.write(coverage_text(report) + "\n")
-            out.write(summary_text(report) + "\n")
-            out.flush()
-        if report.breaks and not args.no_shrink and args.max_shrinks:
-            unwritten = shrink_breaks(report, config, session, args, out)
-            if unwritten is not None:     # the report is kept: said after it, in one line
-                if args.json:
-                    out.write(json.dumps(report.to_json()) + "\n")
-                    out.flush()
-                sys.stderr.write(f"inferris-dist chaos: {render.shown(unwritten)}\n")
-                return EXIT_FAILED
+    finally:
+        live.clear()
+    if not args.json:
+        out.write(table_text(report) + "\n")
+        out.write(coverage_text(report) + "\n")
+        out.write(summary_text(report) + "\n")
+        out.flush()
+    if report.breaks and not args.no_shrink and args.max_shrinks:
+        unwritten = shrink_breaks(report, config, session, args, out)
+        if unwritten is not None:     # the report is kept: said after it, in one line
+            if args.json:
+                out.write(json.dumps(report.to_json()) + "\n")
+                out.flush()
+            sys.stderr.write(f"inferris-dist chaos: {render.shown(unwritten)}\n")
+            return EXIT_FAILED
     if args.json:
         out.write(json.dumps(report.to_json()) + "\n")
     return EXIT_FAILED if report.breaks else EXIT_OK
@@ -275,7 +307,28 @@ def shrink_breaks(report, config, session, args, out) -> str | None:
     return None
 
 
-def _header(config, seed: int, drawn: bool, runs, seconds, shard, worker: str | None = None) -> str:
+def _derive_step_timeout(session, workloads, args) -> tuple[float, str]:
+    """The step deadline from the workloads' own steps, measured on processes at every world size
+    and rung asked for (three runs of each, no fault); with what it was derived from, in words."""
+    from inferris_dist.chaos.harness import deadline_from
+    times: list[float] = []
+    for _, workload in workloads:
+        for n in args.world_size or (workload.config.world_size,):
+            for rung in args.rung:
+                try:
+                    times += session.step_times(workload, n, rung)
+                except EngineError as e:
+                    raise EngineError(f"inferris-dist chaos: measuring the step time on processes, the "
+                                      f"workload failed without a fault: {e.message}", None) from None
+    times.sort()
+    median, slowest = times[len(times) // 2], times[-1]
+    value = deadline_from(median, slowest)
+    return value, (f"derived from {len(times)} steps measured: median {median * 1e3:.2f} ms, "
+                   f"slowest {slowest * 1e3:.2f} ms")
+
+
+def _header(config, seed: int, drawn: bool, runs, seconds, shard, worker: str | None = None,
+            derived: str | None = None, jobs: int = 1) -> str:
     names = ", ".join(render.shown(n) for n, _ in config.workloads)
     if config.random_workloads:
         names = f"{len(config.workloads)} random workloads"
@@ -288,8 +341,9 @@ def _header(config, seed: int, drawn: bool, runs, seconds, shard, worker: str | 
     again = f" (drawn: --seed {seed} runs these again)" if drawn else ""
     return (f"chaos: seed {seed}{again}, {much}{part} on {names}; rung {', '.join(config.rungs)}; "
             f"policy {', '.join(config.policies)}; world size {sizes}; kinds {kinds_text}; "
-            f"up to {config.max_faults} faults; step timeout {config.step_timeout:g} s, "
-            f"max restarts {config.max_restarts}"
+            f"up to {config.max_faults} faults; step timeout {config.step_timeout:g} s"
+            + (f" ({derived})" if derived else "") + f", max restarts {config.max_restarts}"
+            + (f"; {jobs} jobs" if jobs > 1 else "")
             + (f"; worker {render.shown(worker)}" if worker is not None else ""))
 
 

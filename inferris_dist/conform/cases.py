@@ -39,7 +39,7 @@ SECTIONS = {
     "frame": "§10", "handshake": "§6.1", "refused": "§6.4", "config": "§6.5", "plan": "§7.1",
     "golden": "§7.1", "rung": "§7.2", "overlap": "§7.5", "duplicate": "§8.2", "epoch": "§8.1",
     "stale": "§8.2", "replaced": "§8.4", "audit": "§9.1", "stop": "§9.2", "recovery": "§8.3",
-    "link": "§8.2", "faults": "§11", "resize": "§8.5",
+    "link": "§8.2", "faults": "§11", "resize": "§8.5", "again": "§8.6",
 }
 EXIT_DEADLINE = 2.0        # seconds a worker has to exit once told to (STOP, REFUSED)
 UNDECODED = "a message that does not decode"
@@ -464,6 +464,72 @@ def _not_resized(got) -> Outcome | None:
                          f"of {h.world_size}, not epoch 2, rank 0 of 1")
 
 
+def c_config_again(kit: Kit, where: Path) -> Outcome:
+    """CONFIG again after READY (§8.6), twice. First as rank 0 of 1 in epoch 0 with a shard of
+    its own: READY under that header, and only that shard held. Then as its first rank again,
+    in the epoch of the plans it answered before: every plan is answered again as the
+    reference (the plans it answered are forgotten, the shard is made afresh)."""
+    with scripted(kit, where) as s:
+        se = admitted(kit, s)
+        step_through(se, 2)
+        config = config_of(se.rec)
+        body = wire.encode_body(MsgType.CONFIG, config._replace(shard=FOREIGN_SHARD))
+        s.send(se.ident, MsgType.CONFIG, body, epoch=0, step=0, rank=0, world_size=1)
+        got = s.expect(MsgType.READY, 5.0, "after a CONFIG again, as rank 0 of 1 in epoch 0")
+        h = got.header
+        if (h.epoch, h.rank, h.world_size) != (0, 0, 1):
+            return Outcome(FAIL, f"its READY to a CONFIG again is headed epoch {h.epoch}, rank {h.rank} "
+                                 f"of {h.world_size}, not epoch 0, rank 0 of 1")
+        s.send(se.ident, MsgType.AUDIT, wire.encode_body(MsgType.AUDIT, ()), epoch=0, step=0, rank=0,
+               world_size=1)
+        shard = s.expect(MsgType.SHARD, 5.0, "for an AUDIT after a CONFIG again")
+        try:
+            held = wire.decode_body(MsgType.SHARD, shard.frames[1])
+        except (wire.WireError, IndexError) as e:
+            return Outcome(FAIL, f"its SHARD after a CONFIG again does not decode: {e}")
+        slots = {(p, rid, base, mask) for p, layers in held for rid, base, mask in layers if mask}
+        if slots != {(p, rid, base, mask) for p, layers in FOREIGN_SHARD for rid, base, mask in layers}:
+            return Outcome(FAIL, f"after a CONFIG again its shard is not the one it was given: "
+                                 f"{_short(held)}")
+        s.send(se.ident, MsgType.CONFIG, wire.encode_body(MsgType.CONFIG, config), epoch=1, step=0,
+               rank=SCRIPT_RANK)
+        got = s.expect(MsgType.READY, 5.0, f"after a CONFIG again, as rank {SCRIPT_RANK} in epoch 1")
+        if (got.header.epoch, got.header.rank) != (1, SCRIPT_RANK):
+            return Outcome(FAIL, f"its READY is headed epoch {got.header.epoch}, rank {got.header.rank}, "
+                                 f"not epoch 1, rank {SCRIPT_RANK}")
+        n = len(se.rec.plans)
+        step_through(se, n)
+        return _audit(se, f"configured again twice; the {n} plans answered again as the reference")
+
+
+def warm_case(kit: Kit, where: Path) -> Outcome:
+    """Three real runs of 2 on one warm world (§8.6): the second and third take the first's
+    workers (configured again, none started), the second with a crash that replaces rank 1;
+    each run's trace is the reference's and its wire log passes the checkers."""
+    from inferris_dist.chaos.harness import WIRE_LOG_CHECKERS, still_running
+    from inferris_dist.chaos.verdicts import judge_run, reference_of
+    from inferris_dist.scheduler.world import World
+    from inferris_dist.testing import run_on_processes
+    workload = load_workload(kit.golden / "prefix_reuse.spec.json").with_config(world_size=2)
+    reference = reference_of(workload)
+    with World() as world:
+        for i, faults in enumerate(((), ("1:crash@2",), ())):
+            log = where / f"wire{i}.jsonl"
+            before = world.reused
+            run = run_on_processes(workload, faults, "restore", world_size=2, worker=kit.command,
+                                   wire_log=str(log), start_timeout=kit.start_timeout, step_timeout=5.0,
+                                   max_restarts=2, world=world)
+            kept = set(world.pids)
+            brk = judge_run(reference, run, faults, "restore", wire_log=log, checkers=WIRE_LOG_CHECKERS,
+                            left_running=still_running([p for p in run.pids if p not in kept], EXIT_DEADLINE))
+            if brk is not None:
+                return Outcome(FAIL, f"run {i + 1} of 3 on a warm world: {brk}")
+            if i and world.reused - before < 2:
+                return Outcome(FAIL, f"run {i + 1} of 3 took {world.reused - before} of the 2 workers the "
+                                     f"run before left (each said READY to its CONFIG again?)")
+    return Outcome(PASS, f"3 runs on one warm world; {world.reused} workers configured again, not started")
+
+
 def c_resize_before_config(kit: Kit, where: Path) -> Outcome:
     """A RESIZE where CONFIG is due (§6.1): the worker exits with status 3."""
     with scripted(kit, where) as s:
@@ -634,6 +700,8 @@ def all_cases(golden: Path | None) -> list[Case]:
              tier="full"),
         Case("recovery.sigstop.restore", S["recovery"], recovery_case(signal.SIGSTOP, "restore")),
         Case("resize.shrink", S["resize"], shrink_case),
+        Case("again.config", S["again"], c_config_again, scripted=True),
+        Case("again.warm", S["again"], warm_case),
     ]
     cases += [rung_case(r) for r in RUNGS if r != "full"]
     cases += [Case(f"link.{k}", S["link"], fault_case(k), "default" if k in SAMPLE_LINK else "full")

@@ -40,7 +40,7 @@ import msgpack
 from inferris_dist.engine.messages import ExecutionPlan, ItemOutcome, new_item, new_outcome
 from inferris_dist.protocol.limits import MAX_STEP_COST_NS, MAX_TOKEN_COST_NS
 
-PROTOCOL_VERSION = 6   # both sides speak exactly this one (a peer of another version is refused)
+PROTOCOL_VERSION = 7   # both sides speak exactly this one (a peer of another version is refused)
 MAX_FRAME_BYTES = 64 << 20        # also the sockets' ZMQ_MAXMSGSIZE
 MAX_HEADER_BYTES = 256
 MAX_HELLO_BYTES = 256             # what an unauthenticated peer may make us decode

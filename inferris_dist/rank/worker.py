@@ -115,6 +115,7 @@ class Worker:
             except OSError:
                 self.parent_fd = None
         self.configured = False
+        self.answered: deque = deque(maxlen=ANSWERED_KEPT)   # (epoch, step) of the plans last answered
         self.timing = False               # the scheduler asked for our own times (a timeline)
         self.times = (0.0, 0.0)           # the last message: received, decoded
         self.executor: RankExecutor | None = None
@@ -217,7 +218,15 @@ class Worker:
         if (header.rank, header.world_size) != (self.rank, self.world_size):
             fail(f"rank {self.rank} of {self.world_size}: a CONFIG for rank {header.rank} of "
                  f"{header.world_size}")
+        self.configure(header, body)
+
+    def configure(self, header: wire.Header, body: wire.Config) -> None:
+        """CONFIG applied (protocol §6.5), at the handshake or again between steps (§8.6: a new
+        run on this member): the header's epoch, rank and world size are taken as its own, and
+        everything of a run before is replaced (the shard, the scripts, the faults, the model's
+        time, the plans answered); READY."""
         self.epoch = header.epoch
+        self.rank, self.world_size = header.rank, header.world_size
         self.num_pages = body.num_pages
         self.executor = RankExecutor(self.rank, self.world_size, body.num_pages, body.page_size,
                                      body.accept_scripts)
@@ -225,11 +234,12 @@ class Worker:
             self.executor.shard.load(body.shard)
         self.faults = FaultPlan([parse_fault(f) for f in body.faults])
         self.exec_cost = ExecCost(*body.exec_cost)
+        self.answered.clear()
         self.configured = True
         self.send(MsgType.READY, 0, wire.encode_body(MsgType.READY, ()))
 
     def serve(self) -> None:
-        answered: deque = deque(maxlen=ANSWERED_KEPT)   # (epoch, step) of the plans last answered
+        answered = self.answered
         while True:
             header, body = self.recv()
             self.epoch = header.epoch      # the scheduler's epoch moves when the group restarts
@@ -246,6 +256,8 @@ class Worker:
                           wire.encode_body(MsgType.SHARD, self.executor.shard.snapshot()))
             elif header.type is MsgType.RESIZE:
                 self.resize(header, body)
+            elif header.type is MsgType.CONFIG:
+                self.configure(header, body)
             elif header.type is MsgType.STOP:
                 return
             else:

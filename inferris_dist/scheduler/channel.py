@@ -116,9 +116,10 @@ class Flight:
 
 class RankChannel:
     def __init__(self, world_size: int, step_timeout: float, recorder: Recorder | None = None,
-                 spin_s: float = 0.0, faults: Sequence[Fault] = ()):
+                 spin_s: float = 0.0, faults: Sequence[Fault] = (), transport: Transport | None = None):
         """`faults`: the run's; the link's layer is made only when a link fault is among them,
-        the one-shots' bookkeeping only when a rank fault is."""
+        the one-shots' bookkeeping only when a rank fault is. `transport`: an open one a run
+        before this one served (a warm world, world.py), lent to this channel."""
         self.world_size = world_size
         self.step_timeout = step_timeout
         self.recorder = recorder = recorder if recorder is not None else Recorder(world_size)
@@ -134,7 +135,13 @@ class RankChannel:
         self._answered: dict[int, tuple] = {}   # rank -> (epoch, step, kind) last joined
         self.in_flight: dict[int, Flight] = {}   # step -> its plan's flight, sent, replies not read yet
         self.knocking: deque | None = None      # HELLOs of members started ahead, kept for admission
-        self.transport = Transport(world_size, step_timeout, spin_s, self.members, self.rank_of, self.note)
+        if transport is None:
+            self.transport = Transport(world_size, step_timeout, spin_s, self.members, self.rank_of,
+                                       self.note)
+        else:
+            self.transport = transport.lend(world_size, step_timeout, spin_s, self.members, self.rank_of,
+                                            self.note)
+            self.address, self.curve = transport.address, transport.curve
         self.gate = self.transport.gate      # the door: who may connect, and who was turned away
         self.link: LinkFaults | None = None   # the wire to each rank and its faults, if any were asked
         self.oneshots: OneShots | None = None   # what the ranks said fired, in a run with rank faults
@@ -153,10 +160,13 @@ class RankChannel:
         self.transport.open(bind, keys, max_frame)
         self.address, self.curve = self.transport.address, self.transport.curve
 
-    def close(self) -> None:
+    def close(self, keep_open: bool = False) -> None:
+        """The run ended: plans out voided, what was turned away recorded, the socket closed
+        (`keep_open`: left open, with its connections, for the next run of a warm world)."""
         _void(self, "the run ended")
         self.recorder.turned_away(self.gate.counts(self.recorder.member_drops()))
-        self.transport.close()
+        if not keep_open:
+            self.transport.close()
 
     # -- membership --------------------------------------------------------------------
 
@@ -210,9 +220,36 @@ class RankChannel:
         step timeout. RankLost when one dies, stays silent or answers out of turn."""
         for rank, body in bodies.items():
             self.send(rank, MsgType.RESIZE, step, wire.encode_body(MsgType.RESIZE, body), body)
+        failed = self._await_ready(set(bodies), set(), step, "RESIZE", "while the world changed size")
+        if failed is not None:
+            rank, reason, what, also = failed
+            raise self.lost(rank, step, reason, what, also=also)
+
+    def reconfigure(self, bodies: dict[int, "wire.Config"]) -> dict[int, str]:
+        """A run begins on members a run before handed back (a warm world): each is configured
+        again (CONFIG in this run's epoch, protocol §8.6) and says READY within the step
+        timeout. The ranks that did not, each with why (to be replaced, not blamed: this run
+        has not begun)."""
+        for rank, body in bodies.items():
+            try:
+                self.send(rank, MsgType.CONFIG, 0, wire.encode_body(MsgType.CONFIG, body), body)
+            except RankLost:
+                pass                               # unreachable: it says no READY either
+        failed: dict[int, str] = {}
+        waiting, ready = set(bodies), set()
+        while (gone := self._await_ready(waiting, ready, 0, "CONFIG", "while configured again")) is not None:
+            rank, _, what, also = gone
+            for r in (rank, *also):
+                failed[r] = what
+                waiting.discard(r)
+        return failed
+
+    def _await_ready(self, ranks: set[int], ready: set[int], step: int, sent: str, when: str
+                     ) -> tuple[int, str, str, tuple[int, ...]] | None:
+        """READY from every one of `ranks` (told `sent`) into `ready`, within the step timeout;
+        else the first failure: (rank, reason, what, other ranks alike)."""
         deadline = time.monotonic() + self.step_timeout
-        ready: set[int] = set()
-        while len(ready) < len(bodies):
+        while not ranks <= ready:
             dead, messages = self.wait(deadline)
             for frames, meta in messages:
                 rank = self.rank_of.get(frames[0])
@@ -225,24 +262,24 @@ class RankChannel:
                         raise wire.WireError(f"a message of {len(frames) - 1} frame(s), not 2")
                     header = wire.decode_header(frames[1])
                 except wire.WireError as e:
-                    raise self.lost(rank, step, "protocol", f"broke the protocol: {e}") from None
+                    return rank, "protocol", f"broke the protocol: {e}", ()
                 if header.epoch < self.epoch:
-                    self.drop(rank, header, "(while the world changed size)", body=frames[2])
-                elif header.type is not MsgType.READY or header.rank != rank or rank in ready:
-                    raise self.lost(rank, step, "protocol",
-                                    f"answered its RESIZE with {header.type.name} naming rank "
-                                    f"{header.rank} of {header.world_size}")
+                    self.drop(rank, header, f"({when})", body=frames[2])
+                elif header.type is not MsgType.READY or header.rank != rank or rank in ready \
+                        or rank not in ranks:
+                    return rank, "protocol", (f"answered its {sent} with {header.type.name} naming rank "
+                                              f"{header.rank} of {header.world_size}"), ()
                 else:
                     ready.add(rank)
                     self.recorder.received(rank, self.epoch, header.step, header.type, len(frames[2]), ())
-            gone = [r for r in dead if r in bodies and r not in ready]
+            gone = [r for r in dead if r in ranks and r not in ready]
             if gone:
-                raise self.lost(gone[0], step, "died", "died while the world changed size", also=gone[1:])
-            if len(ready) < len(bodies) and time.monotonic() >= deadline:
-                silent = sorted(set(bodies) - ready)
-                raise self.lost(silent[0], step, "timeout",
-                                f"did not say READY to its RESIZE within {self.step_timeout:g} s",
-                                also=silent[1:])
+                return gone[0], "died", f"died {when}", tuple(gone[1:])
+            if not ranks <= ready and time.monotonic() >= deadline:
+                silent = sorted(ranks - ready)
+                return (silent[0], "timeout",
+                        f"did not say READY to its {sent} within {self.step_timeout:g} s", tuple(silent[1:]))
+        return None
 
     def expect_knocks(self) -> None:
         """Members are being started ahead: keep their HELLOs, read while the steps go on."""

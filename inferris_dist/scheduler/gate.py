@@ -233,6 +233,13 @@ class Gate:
             elif event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
                 yield "no-detail", value
 
+    def recount(self) -> None:
+        """A run begins on a socket that served one before (a warm world): its counts start
+        again; the connections still held stay."""
+        self.shed = 0
+        self.refusals = Refusals()
+        self.turned_away = Refusals()
+
     def close(self) -> None:
         """Close the gate's sockets (the counts stay, for the summary)."""
         self.unwatch()

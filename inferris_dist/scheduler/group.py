@@ -36,7 +36,7 @@ from inferris_dist.engine import (
 from inferris_dist.engine.errors import MachineFailure, ShardDivergence
 from inferris_dist.engine.group import accept_scripts
 from inferris_dist.engine.shard import SlotStore, first_mismatch
-from inferris_dist.launcher import Template, make_run_dir, remove_run_dir
+from inferris_dist.launcher import Template, make_run_dir, remove_run_dir, stop_workers
 from inferris_dist.observe.recorder import Recorder
 from inferris_dist.observe.records import StepRecord
 from inferris_dist.protocol import wire
@@ -72,8 +72,13 @@ class ProcessGroup:
         self.num_pages, self.page_size = cfg.num_pages, cfg.page_size
         self.accept_scripts = accept_scripts(workload)
         self.faults = parse_faults(options.faults, self.world_size, workload.faults)
+        self.world = options.world if options.listen is None else None   # a warm world lent to us
+        transport, self.kept = self.world.take() if self.world is not None else (None, [])
+        self.ended_whole = False           # told by the engine: the last audit joined
+        self.given: dict = {}              # rank -> the faults its member was given (Fault)
         self.channel = RankChannel(self.world_size, options.step_timeout, recorder,
-                                   spin_s=spin_seconds(options.spin_us, self.world_size), faults=self.faults)
+                                   spin_s=spin_seconds(options.spin_us, self.world_size), faults=self.faults,
+                                   transport=transport)
         self.unfired = list(self.faults)   # faults whose step no plan has reached yet
         self.last_planned: int | None = None   # the step of the last plan sent
         self.keys = None
@@ -81,6 +86,8 @@ class ProcessGroup:
             from inferris_dist.protocol.keys import ServerKeys
             self.keys = ServerKeys.load(options.keys, self.world_size)
         self.secret = options.secret if options.secret is not None else secrets.token_bytes(32)
+        if self.world is not None:
+            self.secret = self.world.secret        # what its kept workers proved
         self.log_dir: Path | None = None
         if options.listen is None:
             self.members = None           # Spawned, made in start() with the log directory
@@ -148,8 +155,13 @@ class ProcessGroup:
         options = self.options
         self._check_descriptors(*raise_descriptor_limit())   # strangers may knock: room for them
         if options.listen is None:
-            self.log_dir = options.run_dir if options.run_dir is not None else make_run_dir()
+            self.log_dir = (self.world.run_dir if self.world is not None else options.run_dir
+                            if options.run_dir is not None else make_run_dir())
             template = options.template        # shared between runs: its starter's to close
+            if template is None and self.world is not None and options.use_template \
+                    and options.worker is None:
+                template = self.world.template_for(options.start_timeout,
+                                                   min(options.start_timeout, options.step_timeout))
             if template is None and options.use_template and options.worker is None:
                 template = Template(log_dir=self.log_dir, start_timeout=options.start_timeout,
                                     answer_timeout=min(options.start_timeout, options.step_timeout))
@@ -160,10 +172,36 @@ class ProcessGroup:
                     template = None            # spawn each worker fresh instead
             self.members = Spawned(self.channel, self.secret, self.log_dir, options.start_timeout,
                                    template if options.worker is None else None, options.worker)
-            self.channel.open(self._local_endpoint(), None, self.max_frame)
+            if self.channel.transport.sock is None:
+                self.channel.open(self._local_endpoint(), None, self.max_frame)
         else:
             self.channel.open(options.listen, self.keys, self.max_frame)
-        self._admit(range(self.world_size), shard=[], step=-1)
+        renewed = self._renew() if self.kept else set()
+        self._admit([r for r in range(self.world_size) if r not in renewed], shard=[], step=-1)
+
+    def _renew(self) -> set[int]:
+        """The members a warm world kept (world.py), configured again as ranks 0, 1, ... of this
+        run; those beyond its world size stopped. The ranks that said READY."""
+        kept, self.kept = self.kept, []
+        use, extra = kept[:self.world_size], kept[self.world_size:]
+        if extra:
+            with _interrupts_held():
+                stop_workers([k.worker for k in extra], grace=0.0, term_wait=0.5)
+        for rank, k in enumerate(use):
+            k.member.rank, k.member.epoch = rank, self.epoch
+            self.members.adopt(rank, k.worker)
+            self.channel.admit(k.member)
+            self.channel.note(rank, f"rank {rank}: the worker of pid {k.worker.pid} was kept from the run "
+                                    f"before and is configured again")
+        failed = self.channel.reconfigure({r: self._config(r, [], -1) for r in range(len(use))})
+        if failed:
+            for rank, why in sorted(failed.items()):
+                self.channel.note(rank, f"rank {rank}: the kept worker {why}: a new one is started")
+            with _interrupts_held():
+                self.members.retire(sorted(failed))
+        if self.world is not None:
+            self.world.reused += len(use) - len(failed)
+        return set(range(len(use))) - set(failed)
 
     def _check_descriptors(self, soft: int, hard: int) -> None:
         """Refuse to start a run the descriptor limit cannot hold (ZeroMQ aborts the whole
@@ -229,9 +267,9 @@ class ProcessGroup:
         link's, never a member's."""
         oneshots = self.channel.oneshots
         fired = oneshots.fired.get(rank, ()) if oneshots is not None else ()
-        return [f.text for f in self.faults
-                if not f.on_link and f.applies_to(rank)
-                and (f.repeat or (f.step >= step and f.text not in fired))]
+        given = self.given[rank] = [f for f in self.faults if not f.on_link and f.applies_to(rank)
+                                    and (f.repeat or (f.step >= step and f.text not in fired))]
+        return [f.text for f in given]
 
     # -- the world's size (mechanism 14) -------------------------------------------------
 
@@ -312,15 +350,39 @@ class ProcessGroup:
         """
         with _interrupts_held():
             if self.members is not None:
-                if self.options.template is not None and getattr(self.members, "template", None) \
-                        is self.options.template:
+                shared = (self.options.template, self.options.world.template if self.options.world else None)
+                if getattr(self.members, "template", None) in shared and self.members.template is not None:
                     self.members.template = None     # shared: left running for the next run
+                if self.world is not None and self.ended_whole and not self.channel.in_flight:
+                    return self._hand_back()
                 self.members.close()
+            for k in self.kept:                      # taken from a warm world, never configured
+                stop_workers([k.worker], grace=0.0, term_wait=0.5)
+            self.kept = []
             self.channel.close()
             if self.log_dir is not None:
-                if self.log_dir != self.options.run_dir:
+                lent = self.options.world is not None and self.log_dir == self.options.world.run_dir
+                if self.log_dir != self.options.run_dir and not lent:
                     remove_run_dir(self.log_dir)
                 self.log_dir = None
+
+    def _hand_back(self) -> None:
+        """The run ended whole: the members still trusted (alive, never blamed, none of the
+        faults they were given reached) go back to the warm world, with the socket; every other
+        worker is stopped as at any run's end (world.py)."""
+        from inferris_dist.scheduler.world import Kept
+        dead, fired = self.dead_ranks(), set(self.faults) - set(self.unfired)
+        trusted = [r for r in sorted(self.channel.members) if r not in self.channel.blamed
+                   and r not in dead and not fired.intersection(self.given.get(r, ()))]
+        workers = self.members.hand_over(trusted)
+        self.channel.close(keep_open=True)
+        self.world.give(self.channel.transport, [Kept(self.channel.members[r], workers[r]) for r in trusted])
+        self.world = None
+        self.log_dir = None
+
+    def run_ended(self) -> None:
+        """The engine's last audit joined: the run ended whole (a warm world may keep its members)."""
+        self.ended_whole = True
 
     def hosts_of(self, ranks: Sequence[int]) -> tuple[str, ...]:
         """Where the members of `ranks` joined from (empty for workers we spawned)."""

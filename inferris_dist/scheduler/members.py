@@ -243,6 +243,22 @@ class Spawned:
             self.started = old[-(MAX_GONE // 2):] + keep
             self._where = {x.pid: i for i, x in enumerate(self.started)}
 
+    def adopt(self, rank: int, worker: WorkerProcess) -> None:
+        """A worker a run before started (a warm world's) holds `rank` in this run; it is not
+        among the workers this run started."""
+        worker.rank = rank
+        self.workers[rank] = worker
+        self.channel.transport.watch_process(rank, worker.sentinel)
+
+    def hand_over(self, ranks: Sequence[int]) -> dict[int, WorkerProcess]:
+        """The workers of `ranks`, left running for the next run (a warm world's); every other
+        one is stopped as `close` stops them."""
+        kept = {r: self.workers.pop(r) for r in ranks}
+        for rank in kept:
+            self.channel.transport.unwatch_process(rank)
+        self.close()
+        return kept
+
     def close(self) -> None:
         """Healthy workers are asked to stop and given a second; those a failure was blamed on
         (dead, hung, lying) are not waited for: they get SIGTERM, then SIGKILL, at once."""

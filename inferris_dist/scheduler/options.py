@@ -16,6 +16,7 @@ if TYPE_CHECKING:       # annotations only: the command line reads the defaults 
     from inferris_dist.launcher import Template
     from inferris_dist.observe.timeline import Timeline
     from inferris_dist.scheduler.operator import Desk
+    from inferris_dist.scheduler.world import World
 
 
 MAX_RESTARTS = 100_000     # recoveries one run may spend, at most (a budget like every other flag's)
@@ -60,6 +61,8 @@ class LaunchOptions(NamedTuple):
     regrow: bool = False                # shrink: start replacements in the background, admit them
                                         # when ready, back to the requested world size
     operator: Desk | None = None        # pause: the desk instructions come to (operator.py)
+    world: World | None = None          # a warm world (world.py): workers a run before left running,
+                                        # configured again; handed back if the run ends whole
     worker: str | None = None           # a worker command to start each rank with (launcher/command.py:
                                         # "{connect}", "{rank}", "{world_size}" filled in, the run
                                         # secret on its stdin); None: the project's own worker

@@ -134,6 +134,7 @@ class DistributedEngine:
             yield from (self._overlap_loop() if self.engine.rung.overlap else self._full_loop())
             self._end_idle()
             self._audit(self.engine.step_id - 1)
+            self.group.run_ended()
         except BaseException:
             if self.desk is not None:
                 self.desk.set(phase="failed")

@@ -81,6 +81,22 @@ class Transport:
         for s in self.gate.sockets:
             self._poller.register(s, zmq.POLLIN)
 
+    def lend(self, world_size: int, step_timeout: float, spin_s: float, members: dict,
+             rank_of: dict[bytes, int], note: Callable[[int | None, str], None]) -> "Transport":
+        """This transport, open, for another run's channel (a warm world, world.py): that run's
+        world size, deadline, spin and membership; no process watched, no rank dead, the gate's
+        counts started again."""
+        for rank, sentinel in self.sentinels.items():
+            if rank not in self.dead:            # a dead one's was unregistered when seen
+                self._poller.unregister(sentinel)
+        self.sentinels, self.dead = {}, set()
+        self.world_size, self.step_timeout, self.spin_s = world_size, step_timeout, spin_s
+        self.members, self.rank_of, self.note = members, rank_of, note
+        self.gate.recount()
+        if self.sock is not None:
+            self.sock.setsockopt(zmq.RCVTIMEO, int(step_timeout * 1000))
+        return self
+
     def close(self) -> None:
         self.gate.close()                        # the monitor first: never a stuck I/O thread
         if self.sock is not None:

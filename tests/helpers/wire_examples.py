@@ -1,8 +1,8 @@
 """The wire's examples for docs/protocol.md, taken from real runs, and how an example is shown.
 
 `python -m tests.helpers.wire_examples` runs two tiny launches on real worker processes (world
-size 2: one at `full` with faults, a restore and audits; one at `overlap`; and one of world size
-3 that shrinks to 2), records every frame
+size 2: one at `full` with faults, a restore and audits; one at `overlap`; one of world size
+3 that shrinks to 2; and two on one warm world), records every frame
 the scheduler's socket sends and receives, and prints one example per message type in the form
 docs/protocol.md holds them: a `<!-- example: NAME -->` line, then for each frame a ```hex block
 and a ```text block with its value in msgpack diagnostic notation (`show`). The REFUSED is the
@@ -187,11 +187,28 @@ def shrink_run(tmp: str) -> Tap:
     return tap
 
 
+def warm_run(tmp: str) -> Tap:
+    """Two runs of world size 2 on one warm world: the second configures the first's workers
+    again (protocol §8.6); only the second is tapped."""
+    import inferris_dist
+    from inferris_dist.scheduler.world import World
+    with World() as world:
+        for tapped in (False, True):
+            with Tap() as tap, inferris_dist.launch(WORKLOAD, world_size=2, world=world,
+                                                    wire_log=os.path.join(tmp, "wire4.jsonl")) as engine:
+                for _ in engine.run():
+                    pass
+            if tapped and world.reused < 2:
+                raise RuntimeError("the second run did not take the first one's workers")
+    return tap
+
+
 def examples() -> list[tuple[str, list[bytes]]]:
     with tempfile.TemporaryDirectory() as tmp:
         tap, refused = full_run(tmp)
         ahead = overlap_run(tmp)
         shrunk = shrink_run(tmp)
+        warm = warm_run(tmp)
 
     def plan_with(h, frames) -> bool:
         body = wire.decode_plan_columns(frames[1])
@@ -226,6 +243,7 @@ def examples() -> list[tuple[str, list[bytes]]]:
         ("RESIZE", shrunk.find("out", MsgType.RESIZE, lambda h, f: h.rank == 1)),
         ("READY, after a RESIZE", shrunk.find("in", MsgType.READY,
                                               lambda h, f: h.epoch == 1 and h.rank == 1)),
+        ("CONFIG, again", warm.find("out", MsgType.CONFIG, lambda h, f: h.rank == 1)),
     ]
 
 
