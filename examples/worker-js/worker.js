@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// A rank worker for inferris-dist, written from docs/protocol.md (wire version 6) and
+// A rank worker for inferris-dist, written from docs/protocol.md (wire version 7) and
 // docs/SPEC.md §3.7 alone: it shares no code with the project.
 //
 //   node worker.js --connect ADDRESS --rank R --world-size N [--keys DIR] [--join-timeout S]
@@ -14,7 +14,7 @@ const tty = require('tty');
 const zmq = require('zeromq');
 const { Encoder, Decoder } = require('@msgpack/msgpack');
 
-const VERSION = 6;
+const VERSION = 7;
 const TYPE = { HELLO: 1, CONFIG: 2, READY: 3, PLAN: 4, RESULT: 5, AUDIT: 6, SHARD: 7, STOP: 8, REFUSED: 9,
   FIRED: 10, RESIZE: 11 };
 const TYPE_NAME = Object.fromEntries(Object.entries(TYPE).map(([k, v]) => [v, k]));
@@ -604,7 +604,8 @@ class Worker {
     this.args = args;
     this.secret = secret;
     this.spawned = secret !== null;
-    // The rank and world size every header carries: those of the command line until a RESIZE (§4, §8.5).
+    // The rank and world size every header carries: those of the command line until a RESIZE or a CONFIG
+    // again (§4, §8.5, §8.6).
     this.rank = args.rank;
     this.worldSize = args.worldSize;
     this.config = null;
@@ -703,8 +704,7 @@ class Worker {
       malformed(`a CONFIG for rank ${msg.header.rank} of ${msg.header.worldSize}, not rank ${this.args.rank} `
                 + `of ${this.args.worldSize} (§6.5)`);
     }
-    this.config = parseConfig(decodeFrame(msg.body, MAX_FRAME, 'CONFIG'));
-    await this.send([this.header(TYPE.READY, msg.header.epoch, 0), encoder.encode([])]);
+    await this.configure(msg);
     for (;;) {
       msg = await this.receive(-1);
       await this.serve(msg);
@@ -734,7 +734,7 @@ class Worker {
       this.emptyBody(msg);
       leave(EXIT.OK, null);
     }
-    if (type !== TYPE.PLAN && type !== TYPE.AUDIT && type !== TYPE.RESIZE) {
+    if (type !== TYPE.PLAN && type !== TYPE.AUDIT && type !== TYPE.RESIZE && type !== TYPE.CONFIG) {
       malformed(`unexpected ${TYPE_NAME[type]} after READY`);
     }
     if (this.hanging) {
@@ -745,6 +745,10 @@ class Worker {
       await this.resize(msg);
       return;
     }
+    if (type === TYPE.CONFIG) {
+      await this.again(msg);
+      return;
+    }
     if (type === TYPE.AUDIT) {
       this.emptyBody(msg);
       const shard = encoder.encode(this.config.shard.toWire());
@@ -752,6 +756,38 @@ class Worker {
       return;
     }
     await this.step(msg);
+  }
+
+  /**
+   * CONFIG (§6.5): the header's rank, world size and epoch become this member's own, the shard is made
+   * afresh from `shard`, the accept scripts, faults and exec_cost are taken, and everything of a run
+   * before is forgotten: the spent faults with their texts, the `(epoch, step)` of the plans answered
+   * (§8.2), the RESULT `stale` would send again; then READY. At the handshake the header names the rank
+   * and world size of the command line (run checks it); a CONFIG again may name others (§8.6).
+   */
+  async configure(msg) {
+    const { epoch, rank, worldSize } = msg.header;
+    const config = parseConfig(decodeFrame(msg.body, MAX_FRAME, 'CONFIG'));
+    this.rank = rank;
+    this.worldSize = worldSize;
+    who = `worker-js rank ${rank}`;
+    this.config = config;
+    this.answered = [];
+    this.lastResult = null;
+    await this.send([this.header(TYPE.READY, epoch, 0), encoder.encode([])]);
+  }
+
+  /**
+   * CONFIG again (§8.6): a new run on the same connection and process, no HELLO. Its epoch is the new
+   * run's first and may be lower than this member's own. Any number may come.
+   */
+  async again(msg) {
+    const { rank, worldSize } = msg.header;
+    // The rank must be one a header can name (§4, §10: a world of 1 to 4096).
+    if (worldSize < 1 || worldSize > MAX_WORLD || rank < 0 || rank >= worldSize) {
+      malformed(`a CONFIG again for rank ${rank} of a world of ${worldSize}`);
+    }
+    await this.configure(msg);
   }
 
   /**
