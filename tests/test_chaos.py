@@ -135,7 +135,7 @@ def test_shards_are_disjoint_and_together_the_unsharded_run():
 
 @pytest.mark.procs
 def test_shards_merge_into_the_unsharded_table(tmp_path):
-    args = ("--runs", 6, "--seed", 4, "--kinds", "duplicate,stale,crash", "--json")
+    args = ("--runs", 6, "--seed", 4, "--kinds", "duplicate,stale,crash", "--step-timeout", 0.25, "--json")
     whole = chaos(*args, cwd=tmp_path)
     parts = [chaos(*args, "--shard", f"{k}/2", cwd=tmp_path) for k in range(2)]
     for done in (whole, *parts):

@@ -237,7 +237,7 @@ def test_retry_by_curl_restores_and_the_desk_keeps_its_rules(paused_run):
 @pytest.mark.invariant("elastic-world/5")
 @needs_curl
 def test_scale_down_by_ft_keeps_shrinks_promise(paused_run):
-    run = paused_run("--fault", "0:crash@4")
+    run = paused_run("--fault", "0:crash@4", "--exec-cost", "30ms")   # still running when told again
     run.paused()
     ft = [*CLI, "ft", run.url, "--token-file", run.token_file]
     said = subprocess.run([*ft, "status", "--json"], capture_output=True, text=True, env=ENV, timeout=60)

@@ -70,7 +70,7 @@ def add_arguments(p) -> None:
     e.add_argument("--step-timeout", type=seconds_arg, metavar="SECONDS",
                    help="a rank that has not answered by then is lost (default: derived from the "
                         "workload's steps, measured before the schedules: 100x the median step, "
-                        "within 0.1..1 s; a hang costs this much)")
+                        f"within 0.1..1 s; with --shard, {DEFAULT_STEP_TIMEOUT:g}; a hang costs this much)")
     add_max_restarts(e)
     e.add_argument("--jobs", type=int_arg, metavar="N",
                    help="run N worlds at once, each a shard of the schedules (default: one per core; "
@@ -198,9 +198,11 @@ def _explore(args, session, workloads, seed: int, drawn_seed: bool, kinds, jobs:
     from inferris_dist.chaos.exploring import ChaosConfig, explore
     derived = None
     step_timeout = args.step_timeout
-    if step_timeout is None:
+    if step_timeout is None and args.shard != (0, 1):     # shards merge only under one deadline
+        step_timeout, derived = DEFAULT_STEP_TIMEOUT, "a shard's: shards merge under one deadline"
+    elif step_timeout is None:
         step_timeout, derived = _derive_step_timeout(session, workloads, args)
-        session.step_timeout = step_timeout
+    session.step_timeout = step_timeout
     config = ChaosConfig(workloads, seed, tuple(args.rung), tuple(args.policy), args.world_size,
                          kinds, args.max_faults, step_timeout, args.max_restarts,
                          args.random_workloads)
