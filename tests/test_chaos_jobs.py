@@ -47,10 +47,12 @@ def test_the_step_deadline_is_derived_from_the_measured_steps_and_printed(tmp_pa
     timeout, steps, median, slowest = float(m[1]), int(m[2]), float(m[3]), float(m[4])
     assert 0.1 <= timeout <= 1.0 and steps == 3 * 6 and 0 < median <= slowest   # the demo: 6 steps, 3 runs
     assert timeout >= min(1.0, median / 1e3 * 100 - 1e-9)
-    given = chaos("--runs", 1, "--seed", 1, "--kinds", "crash", "--step-timeout", 0.3, "--jobs", 1, cwd=tmp_path)
+    given = chaos("--runs", 1, "--seed", 1, "--kinds", "crash", "--step-timeout", 0.3, "--jobs", 1,
+                  cwd=tmp_path)
     assert "step timeout 0.3 s, max restarts" in given.stdout.splitlines()[0], given.stdout
     sharded = chaos("--runs", 2, "--shard", "1/2", "--kinds", "crash", cwd=tmp_path)
-    assert "step timeout 0.25 s (a shard's: shards merge under one deadline)" in sharded.stdout, sharded.stdout
+    assert "step timeout 0.25 s (a shard's: shards merge under one deadline)" in sharded.stdout, \
+        sharded.stdout
 
 
 def test_jobs_and_shard_together_are_refused_in_one_line(tmp_path):
@@ -65,7 +67,8 @@ def test_jobs_and_shard_together_are_refused_in_one_line(tmp_path):
 def test_ctrl_c_with_two_worlds_up_exits_130_and_leaves_nothing(tmp_path):
     proc = subprocess.Popen([*CLI, "chaos", "--runs", "100000", "--seed", "2", "--jobs", "2",
                              "--step-timeout", "0.25"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=tmp_path, env=ENV, stdin=subprocess.DEVNULL, start_new_session=True)
+                            text=True, cwd=tmp_path, env=ENV, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
     seen: dict[int, bytes] = {}
     try:
         def two_worlds_up() -> bool:          # both jobs have their ranks' workers running
