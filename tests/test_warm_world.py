@@ -28,8 +28,8 @@ def judged(world: World, tmp_path: Path, name: str, faults=(), policy="restore",
     run = run_on_processes(workload, list(faults), policy, world_size=world_size, world=world,
                            wire_log=str(log), step_timeout=5.0)
     kept = set(world.pids)
-    brk = judge_run(reference_of(workload), run, list(faults), policy, wire_log=log, checkers=WIRE_LOG_CHECKERS,
-                    left_running=still_running([p for p in run.pids if p not in kept], 2.0))
+    brk = judge_run(reference_of(workload), run, list(faults), policy, wire_log=log,
+                    checkers=WIRE_LOG_CHECKERS, left_running=still_running([p for p in run.pids if p not in kept], 2.0))
     return run, brk, log
 
 
