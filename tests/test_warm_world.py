@@ -27,9 +27,9 @@ def judged(world: World, tmp_path: Path, name: str, faults=(), policy="restore",
     workload = WORKLOAD.with_config(world_size=world_size)
     run = run_on_processes(workload, list(faults), policy, world_size=world_size, world=world,
                            wire_log=str(log), step_timeout=5.0)
-    kept = set(world.pids)
+    left = still_running([p for p in run.pids if p not in set(world.pids)], 2.0)
     brk = judge_run(reference_of(workload), run, list(faults), policy, wire_log=log,
-                    checkers=WIRE_LOG_CHECKERS, left_running=still_running([p for p in run.pids if p not in kept], 2.0))
+                    checkers=WIRE_LOG_CHECKERS, left_running=left)
     return run, brk, log
 
 
