@@ -137,10 +137,14 @@ def test_bench_hosts(tmp_path):
 
 
 def test_bench_chaos(tmp_path):
-    out = example("bench_chaos.py", "--schedules", 6, "--loop", 2, "--world-size", 2, cwd=tmp_path)
-    assert re.search(r"^chaos \(one process, one shared template\)\s+6\s+\d+\s+[\d.]+\s+\d+$", out, re.M), out
-    assert re.search(r"^a loop of inferris-dist compare\s+2\s+\d+\s+[\d.]+\s+\d+$", out, re.M), out
-    assert "chaos is " in out and "one fault-free run, taken apart:" in out, out
+    out = example("bench_chaos.py", "--schedules", 6, "--mix", 4, "--loop", 2, "--world-size", 2, cwd=tmp_path)
+    for way, runs in (("chaos --jobs 1 \\(deadline derived\\)", 6), ("chaos --jobs 2", 6),
+                      ("a loop of inferris-dist compare", 2)):
+        assert re.search(rf"^no deadline\s+{way}\s+{runs}\s+{runs}\s+[\d.]+\s+\d+$", out, re.M), out
+    assert re.search(r"^every kind\s+chaos --jobs 2\s+4\s+\d+\s+[\d.]+\s+\d+$", out, re.M), out
+    assert "the same report at --jobs 1 and --jobs 2: yes (no deadline), yes (every kind)" in out, out
+    assert re.search(r"^chaos --jobs 2 is [\d.]+x the loop", out, re.M), out
+    assert re.search(r"^left behind in \S+: nothing$", out, re.M), out
 
 
 def test_bench_page(tmp_path):
