@@ -143,9 +143,9 @@ def serve(module_name: str, fd: int, death_signal: bool) -> None:
     import json
     import select
     module = importlib.import_module(module_name)           # the one import every child shares
-    import gc
-    gc.collect()
-    gc.freeze()       # what was imported stays out of every collection: a child copies no page of it
+    prepare = getattr(module, "prepare", None)
+    if prepare is not None:
+        prepare()                        # what every child would do first (the module says what)
     sock = socket.socket(fileno=fd)
     parent_fd = _die_with_parent(death_signal)
     wake_r, wake_w = os.pipe()

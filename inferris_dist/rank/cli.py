@@ -17,6 +17,7 @@ that scheduler, is gone.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import select
 import signal
@@ -36,7 +37,10 @@ class _Parser(argparse.ArgumentParser):
         fail(f"inferris-dist worker: {message}", EXIT_USAGE)
 
 
-def main(argv: list[str] | None = None) -> int:
+@functools.lru_cache(maxsize=1)
+def parser() -> argparse.ArgumentParser:
+    """The worker's parser, built once (a template builds it before it forks: a forked worker
+    then parses its arguments without building one, which costs it most of its start)."""
     ap = _Parser(prog="inferris-dist worker",
                  description="A rank worker. Started by `inferris-dist launch` on this host, or "
                              "by anyone (a cluster launcher: mpiexec, srun, torchrun, a Kubernetes "
@@ -59,7 +63,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="how long to wait for the scheduler to take us in (default 60)")
     ap.add_argument("--parent-pid", type=int_arg, help=argparse.SUPPRESS)     # spawned by launch
     ap.add_argument("--death-signal", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def prepare() -> None:
+    """What every forked worker would do first, done once in its template."""
+    parser().format_usage()      # argparse's formatter imports what it needs at its first use
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN if args.parent_pid else signal.SIG_DFL)
     if args.parent_pid is not None:
         return _spawned(args)
