@@ -439,28 +439,28 @@ def test_worker_without_secret_exits_with_one_clear_line():
 
 # -- 10. long idle stretches ----------------------------------------------------------------------
 
-def test_a_million_idle_steps_take_seconds_and_no_round_trip(tmp_path):
+def test_a_hundred_thousand_idle_steps_take_seconds_and_send_no_plan(tmp_path):
     spec = tmp_path / "idle.json"
     spec.write_text(json.dumps({"engine": {}, "requests": [
         {"request_id": "a", "prompt_len": 3, "max_new_tokens": 2},
-        {"request_id": "b", "prompt_len": 3, "max_new_tokens": 2, "arrival_step": 1_000_000}]}))
+        {"request_id": "b", "prompt_len": 3, "max_new_tokens": 2, "arrival_step": 100_000}]}))
     log = tmp_path / "wire.jsonl"
-    ran = cli("run", "--spec", spec, "--json", timeout=50)
-    launched = cli("launch", "--spec", spec, "--json", "--wire-log", log, timeout=50)
+    ran = cli("run", "--spec", spec, "--json", timeout=15)
+    launched = cli("launch", "--spec", spec, "--json", "--wire-log", log, timeout=15)
     assert ran.returncode == launched.returncode == 0
     assert ran.stdout == launched.stdout
     lines = ran.stdout.splitlines()
-    assert len(lines) == 1_000_003
-    assert json.loads(lines[500_000]) == {"step": 500_000, "admitted": [], "scheduled": [], "executed": {},
-                                          "sampled": {}, "finished": {}, "preempted": [], "reused": {},
-                                          "published": {}, "evicted": [], "drafted": {}, "accepted": {},
-                                          "rolled_back": {}}
+    assert len(lines) == 100_003
+    assert json.loads(lines[50_000]) == {"step": 50_000, "admitted": [], "scheduled": [], "executed": {},
+                                         "sampled": {}, "finished": {}, "preempted": [], "reused": {},
+                                         "published": {}, "evicted": [], "drafted": {}, "accepted": {},
+                                         "rolled_back": {}}
     events = [json.loads(line) for line in log.read_text().splitlines()]
     plans = [e for e in events if e.get("type") == "PLAN"]
     assert len(plans) == 4                                # the 4 steps with work, to its 1 rank
     idle = [e for e in events if e.get("event") == "idle"]
-    assert [(e["first"], e["last"]) for e in idle] == [(2, 999_999)]
+    assert [(e["first"], e["last"]) for e in idle] == [(2, 99_999)]
     # people see one line for the whole stretch (a shorter one: the format, not the speed)
-    spec.write_text(spec.read_text().replace("1000000", "10000"))
+    spec.write_text(spec.read_text().replace("100000", "10000"))
     human = cli("run", "--spec", spec, timeout=50)
     assert "2-9999  idle, waiting for arrivals" in human.stdout
