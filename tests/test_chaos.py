@@ -360,8 +360,8 @@ def test_a_reproducer_that_cannot_be_written_keeps_the_report_and_says_so_in_one
 
 @pytest.mark.procs
 def test_ctrl_c_mid_run_exits_130_with_nothing_left_running(tmp_path):
-    proc = subprocess.Popen([*CLI, "chaos", "--runs", "1000", "--seed", "1"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=ENV,
+    proc = subprocess.Popen([*CLI, "chaos", "--runs", "1000", "--seed", "1", "--jobs", "1"],   # a warm world
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=ENV,
                             stdin=subprocess.DEVNULL)
     try:
         assert proc.stdout.readline().startswith("chaos: seed 1")
