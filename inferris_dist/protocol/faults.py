@@ -1,8 +1,8 @@
 """Fault injection: `RANK:KIND@STEP[+][:ARG]`, a first-class input, not a test monkeypatch.
 
-The grammar is read in one place, `Fault.parse`, and written in one, `Fault.format` (what
-the shrinker writes back when it moves a fault); `kind_of` reads a text's KIND alone. The
-scheduler parses and validates the specs and hands each rank its own in
+The grammar is read in one place, `Fault.read` (`Fault.parse` keeps what it read), and
+written in one, `Fault.format` (what the shrinker writes back when it moves a fault); `kind_of`
+reads a text's KIND alone. The scheduler parses and validates the specs and hands each rank its own in
 the CONFIG message (so they show in the wire log); the rank acts them out on
 real processes through its FaultPlan. `@STEP` fires once in the run, `@STEP+`
 at that step and every later one (a replacement worker inherits it, so it
@@ -17,6 +17,7 @@ the rank never hears of them.
 """
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -86,6 +87,14 @@ class Fault(NamedTuple):
 
     @staticmethod
     def parse(text: str, world_size: int | None = None, source: str = "--fault") -> Fault:
+        """Fault.read, kept for the texts seen last: a run's faults are read again by every part
+        that judges it (what is not text is read each time, and refused as read refuses it)."""
+        if type(text) is str and (world_size is None or type(world_size) is int) and type(source) is str:
+            return _read_kept(text, world_size, source)
+        return Fault.read(text, world_size, source)
+
+    @staticmethod
+    def read(text: str, world_size: int | None = None, source: str = "--fault") -> Fault:
         """A fault as written (`RANK:KIND@STEP[+][:ARG]`), checked against the grammar and, given
         `world_size`, the ranks; `source` says where it came from in errors (the flag, or the
         workload). A WorkloadError says what is wrong."""
@@ -146,6 +155,11 @@ class Fault(NamedTuple):
         arg = "" if self.arg is None else f":{_seconds_text(self.arg)}"
         return f"{rank}:{self.kind}@{self.step}{'+' * self.repeat}{arg}"
 
+
+
+@functools.lru_cache(maxsize=1024)
+def _read_kept(text: str, world_size: int | None, source: str) -> Fault:
+    return Fault.read(text, world_size, source)
 
 def _seconds_text(seconds: float) -> str:
     """Seconds in their shortest text that reads back the same (0.05, not 0.05000000000000000277)."""

@@ -26,7 +26,29 @@ def workload_fields(workload) -> dict:
     """The run event's account of its workload: `workload_digest` always ("sha256:" and the hex
     digest of workload_dict's canonical JSON: keys sorted, no spaces), and `workload`, the
     dict itself, when that JSON is at most WORKLOAD_INLINE bytes. Hashed as it is encoded, so a
-    big workload costs no second copy of its text."""
+    big workload costs no second copy of its text. The last few workloads' fields are kept (runs
+    of one workload, chaos's, and the checks of their logs, compute them once); what is handed
+    out is a new dict each time, its `workload` shared and never to be changed."""
+    try:
+        kept = _FIELDS.get(workload)
+    except TypeError:                    # a workload that does not hash: computed each time
+        kept = None
+    if kept is None:
+        kept = _fields_of(workload)
+        if len(_FIELDS) >= MAX_FIELDS_KEPT:
+            _FIELDS.pop(next(iter(_FIELDS)))
+        try:
+            _FIELDS[workload] = kept
+        except TypeError:
+            pass
+    return dict(kept)
+
+
+_FIELDS: dict = {}
+MAX_FIELDS_KEPT = 8
+
+
+def _fields_of(workload) -> dict:
     data = workload_dict(workload)
     digest, size = hashlib.sha256(), 0
     for chunk in _CANONICAL.iterencode(data):
