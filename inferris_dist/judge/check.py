@@ -70,6 +70,7 @@ not the run event, a workload given that is not the run's: WorkloadError, one li
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field, replace
@@ -111,25 +112,12 @@ SPEC_ORDER = ("step", "admitted", "scheduled", "executed", "sampled", "finished"
               "published", "evicted", "drafted", "accepted", "rolled_back", "discarded", "returned")
 
 
-# The reference's lines by (workload digest, rung), kept once a check has read them all: checking
-# many logs of one workload (chaos's runs) runs the engine once. Bounded by entries and lines.
+# The reference's lines by (workload digest, rung), read whole once (up to MAX_REFERENCE_LINES)
+# and kept: checking many logs of one workload (chaos's runs) runs the engine once. A check never
+# changes a reference line. Bounded by entries and lines.
 REFERENCES: dict[tuple[str, str], list[dict]] = {}
 MAX_REFERENCES = 16
 MAX_REFERENCE_LINES = 20_000
-
-
-def _kept(lines: Iterator[dict], key: tuple[str, str]) -> Iterator[dict]:
-    """`lines`, passed on as they come; kept in REFERENCES for `key` once every one has come
-    (a check that stops early keeps nothing). The lines are never changed by a check."""
-    seen: list[dict] = []
-    for line in lines:
-        if len(seen) <= MAX_REFERENCE_LINES:
-            seen.append(line)
-        yield line
-    if len(seen) <= MAX_REFERENCE_LINES:
-        while len(REFERENCES) >= MAX_REFERENCES:
-            REFERENCES.pop(next(iter(REFERENCES)))
-        REFERENCES[key] = seen
 
 
 class NotTheRunsWorkload(WorkloadError):
@@ -448,7 +436,12 @@ class _Checker:
             except WorkloadError as e:
                 raise WorkloadError(f"{self.name}: the run's rung: {e}") from None
             lines = trace_objects(engine)
-            self.reference = _kept(lines, key) if key[0] is not None else lines
+            first = list(itertools.islice(lines, MAX_REFERENCE_LINES + 1)) if key[0] is not None else []
+            if key[0] is not None and len(first) <= MAX_REFERENCE_LINES:
+                while len(REFERENCES) >= MAX_REFERENCES:
+                    REFERENCES.pop(next(iter(REFERENCES)))
+                REFERENCES[key] = first
+            self.reference = itertools.chain(first, lines)
         self.promise = compared(policy)
         self.compared = self.promise
 
