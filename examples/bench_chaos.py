@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -84,6 +85,30 @@ def left_behind(before: set[str]) -> list[str]:
     return sorted(n for n in ours_in_temp() - before if owner_gone(n))
 
 
+def cpu(who) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def one_run_costs(workload, world_size: int, deadline: float, runs: int) -> list[tuple]:
+    """A run's wall time, the scheduler's CPU and the workers' and template's CPU, each a mean
+    over `runs` runs in a session of its own (its template's start included, its workers reaped
+    when it closes): fault-free on a warm world, then with one fault whose worker is replaced."""
+    out = []
+    fault = f"{world_size - 1}:stale@2"
+    for label, faults in (("a fault-free run, warm", ()), (f"with one worker replaced ({fault})", (fault,))):
+        schedule = chaos.Schedule(0, "demo", "full", "restore", world_size, faults)
+        own, children = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+        started = time.perf_counter()
+        with chaos.Session(step_timeout=deadline) as session:
+            for _ in range(runs):
+                session.run(workload, schedule)
+        wall = time.perf_counter() - started
+        out.append((label, wall / runs, (cpu(resource.RUSAGE_SELF) - own) / runs,
+                    (cpu(resource.RUSAGE_CHILDREN) - children) / runs))
+    return out
+
+
 def same(a: dict, b: dict) -> bool:
     a, b = dict(a), dict(b)
     a.pop("seconds", None)
@@ -97,6 +122,7 @@ def main() -> int:
                     help="schedules of the kinds that need no deadline")
     ap.add_argument("--mix", type=int, default=120, help="schedules of the default mix of every kind")
     ap.add_argument("--loop", type=int, default=40, help="of the first set, run as separate compare commands")
+    ap.add_argument("--parts", type=int, default=50, help="runs of each kind timed in one session")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--world-size", type=int, default=4)
     args = ap.parse_args()
@@ -126,6 +152,7 @@ def main() -> int:
             rows.append(("every kind", "chaos --jobs 1", mix1, seconds))
             seconds, mix2 = chaos_command(args.mix, args.seed, args.world_size, None, 2, deadline, tmp)
             rows.append(("every kind", "chaos --jobs 2", mix2, seconds))
+    parts = one_run_costs(workload, args.world_size, deadline, args.parts) if args.parts else []
     left = left_behind(before)
     print(f"the demo workload at world size {args.world_size}, policy restore, seed {args.seed}, up to 3 "
           f"faults, step deadline {deadline:g} s (derived by the first command), {os.cpu_count()} cores")
@@ -142,6 +169,11 @@ def main() -> int:
                   f"(no deadline)")
     print(f"the same report at --jobs 1 and --jobs 2: {'yes' if same(first, two) else 'NO'} (no deadline)"
           + (f", {'yes' if same(mix1, mix2) else 'NO'} (every kind)" if mix1 is not None else ""))
+    if parts:
+        print(f"one run, in one session ({args.parts} runs each):  {'wall ms':>8} {'scheduler CPU ms':>17} "
+              f"{'workers CPU ms':>15}")
+        for label, wall, own, children in parts:
+            print(f"  {label:<44} {wall * 1e3:>8.1f} {own * 1e3:>17.1f} {children * 1e3:>15.1f}")
     print(f"left behind in {tempfile.gettempdir()}: {', '.join(left) if left else 'nothing'}")
     return 0
 

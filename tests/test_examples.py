@@ -139,7 +139,7 @@ def test_bench_hosts(tmp_path):
 
 def test_bench_chaos(tmp_path):
     out = example("bench_chaos.py", "--schedules", 6, "--mix", 4, "--loop", 2, "--world-size", 2,
-                  cwd=tmp_path)
+                  "--parts", 2, cwd=tmp_path)
     for way, runs in (("chaos --jobs 1 \\(deadline derived\\)", 6), ("chaos --jobs 2", 6),
                       ("a loop of inferris-dist compare", 2)):
         assert re.search(rf"^no deadline\s+{way}\s+{runs}\s+{runs}\s+[\d.]+\s+\d+$", out, re.M), out
@@ -147,6 +147,7 @@ def test_bench_chaos(tmp_path):
     assert "the same report at --jobs 1 and --jobs 2: yes (no deadline), yes (every kind)" in out, out
     assert re.search(r"^chaos --jobs 2 is [\d.]+x the loop", out, re.M), out
     assert re.search(r"^left behind in \S+: nothing$", out, re.M), out
+    assert re.search(r"^  with one worker replaced \(1:stale@2\)\s+[\d.]+\s+[\d.]+\s+[\d.]+$", out, re.M), out
 
 
 def test_bench_page(tmp_path):
