@@ -14,16 +14,18 @@ drifts from the schema fails the test that made it write.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from inferris_dist.wirelog.writer import CHECK_ENV
 
-from tests.helpers.external import ENV, keys_for, stop_all
+from tests.helpers.external import ENV, REPO, keys_for, stop_all
 from tests.helpers.procs import LEFT_WITHIN, leftover_workers
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -74,3 +76,27 @@ def procs():
     started: list[subprocess.Popen] = []
     yield started
     stop_all(started)
+
+
+@pytest.fixture(scope="session")
+def wheel_file(tmp_path_factory) -> Path:
+    """The package's wheel (`pip wheel --no-deps` of the checkout), built once for the whole
+    session: pytest-xdist's test processes share it, the first to need it building it under a
+    lock. Skips the test where no wheel can be built."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent                     # the session's, above each test process's own
+    out, failed = root / "wheel", root / "wheel.failed"
+    with open(root / "wheel.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.is_dir() and not failed.exists():
+            part = root / "wheel.part"
+            built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(part),
+                                    str(REPO)], capture_output=True, text=True, timeout=150)
+            if built.returncode == 0:
+                part.rename(out)
+            else:
+                failed.write_text(repr(built.stderr.strip().splitlines()[-1:]))
+    if failed.exists():
+        pytest.skip(f"cannot build a wheel here (pip wheel: {failed.read_text()})")
+    return next(out.glob("*.whl"))

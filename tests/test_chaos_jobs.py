@@ -26,13 +26,13 @@ def chaos(*args, cwd: Path, timeout: float = 100) -> subprocess.CompletedProcess
 
 
 def test_one_job_and_two_give_the_same_report_apart_from_times(tmp_path):
-    args = ("--runs", 16, "--seed", 11, "--kinds", KINDS, "--policy", "restore,recompute",
+    args = ("--runs", 8, "--seed", 11, "--kinds", KINDS, "--policy", "restore,recompute",
             "--step-timeout", 0.25, "--json")
     one, two = chaos(*args, "--jobs", 1, cwd=tmp_path), chaos(*args, "--jobs", 2, cwd=tmp_path)
     assert one.returncode == two.returncode == 0, one.stderr + two.stderr
     a, b = json.loads(one.stdout), json.loads(two.stdout)
     assert a.pop("seconds") > 0 and b.pop("seconds") > 0
-    assert a == b and a["runs"] == 16 and a["merged_shards"] is None
+    assert a == b and a["runs"] == 8 and a["merged_shards"] is None
     text = chaos(*args[:-1], "--jobs", 2, cwd=tmp_path)
     assert text.returncode == 0 and "; 2 jobs" in text.stdout.splitlines()[0], text.stdout
 

@@ -81,9 +81,10 @@ def test_the_pages_private_wire_log_of_a_killed_run_is_swept_by_the_next(tmp_pat
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=20)
     assert all(os.path.exists(p) for p in left)          # killed outright: left behind, for now
-    done = cli("run", "--json", cwd=tmp_path)             # any later run's sweep takes it
-    assert done.returncode == 0
-    wait_until(lambda: not any(os.path.exists(p) for p in left), 10)
+    # the next run on processes sweeps it (`run` makes no run directory, so sweeps nothing)
+    done = cli("launch", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert wait_until(lambda: not any(os.path.exists(p) for p in left), 10), left
 
 
 @pytest.mark.procs

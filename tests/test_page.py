@@ -220,10 +220,10 @@ class Synthetic:
             back = round(sent[r] + rtt, 6)
             off = self.offsets[r]
             got = sent[r] + 0.0001 + off
-            inside = [round(x, 6) for x in (got, got + 0.00002, got + 0.00006, got + 0.00007)]
+            inside = ", ".join(repr(round(x, 6)) for x in (got, got + 0.00002, got + 0.00006, got + 0.00007))
             self.out.write(f'{{"t": {back}, "dir": "in", "rank": {r}, "epoch": {self.epoch}, "step": {step}, '
                            f'"type": "RESULT", "bytes": {11 * len(items)}, "body": {result}, '
-                           f'"sent": {sent[r]}, "rtt": {round(rtt, 6)}, "inside": {json.dumps(inside)}}}\n')
+                           f'"sent": {sent[r]}, "rtt": {round(rtt, 6)}, "inside": [{inside}]}}\n')
         self.t = max(self.t, sent[-1] + 0.0006)
         return "joined" if lost is None else f"rank {lost} lost (died)"
 
@@ -483,11 +483,19 @@ def test_the_script_parses():
 
 # -- in a browser ----------------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def chromium():
+    """One browser for this module's tests (starting one costs about a second)."""
+    from tests.helpers.browser import SharedBrowser
+    shared = SharedBrowser(1400, 900)
+    yield shared
+    shared.close()
+
+
 @pytest.fixture
-def browser():
-    from tests.helpers.browser import Browser
-    with Browser(1400, 900) as b:
-        yield b
+def browser(chromium):
+    """A fresh page, as a browser of its own would have it."""
+    return chromium.page()
 
 
 def loaded(browser, path: Path, timeout: float = 20) -> None:

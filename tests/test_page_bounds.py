@@ -101,7 +101,7 @@ KEYS = st.sampled_from(("step",) + TRACE_IDS + TRACE_COUNTS + TRACE_WORDS + ("ev
 TRACES = st.one_of(ANY, st.dictionaries(KEYS, FIELD, max_size=12))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(TRACES, min_size=1, max_size=6), st.lists(ANY, max_size=3))
 def test_no_step_trace_makes_the_builder_raise(traces, counters):
     records = [RUN] + [{"t": 2.0 + i, "event": "step", "step": i, "epoch": 0, "trace": tr,

@@ -90,7 +90,7 @@ def as_json_lines(lines: list[dict]) -> list[str]:
 
 # -- (a) invariants after every step, and termination -------------------------------------
 
-@settings(max_examples=examples(700), **COMMON)
+@settings(max_examples=examples(300), **COMMON)
 @given(workloads())
 def test_invariants_hold_after_every_step(w):
     eng = Engine(copy.deepcopy(w))
@@ -150,7 +150,7 @@ def test_pinned_interior_case_engine_and_naive_agree():
 
 # -- (b) the engine agrees with the naive reference, line for line -----------------------
 
-@settings(max_examples=examples(700), **COMMON)
+@settings(max_examples=examples(300), **COMMON)
 @given(workloads())
 def test_engine_matches_naive_reference(w):
     got = run_workload(copy.deepcopy(w))
@@ -160,7 +160,7 @@ def test_engine_matches_naive_reference(w):
 
 # -- (c) the world size changes nothing ---------------------------------------------------
 
-@settings(max_examples=examples(300), **COMMON)
+@settings(max_examples=examples(150), **COMMON)
 @given(workloads())
 def test_trace_independent_of_world_size(w):
     workload = load_workload(copy.deepcopy(w))

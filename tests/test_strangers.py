@@ -121,7 +121,7 @@ def test_a_flood_is_counted_not_printed(tmp_path, procs):
     """20,000 junk messages from a peer that never says HELLO: the first few noted, then one
     summary line; the wire log does not grow with them; the trace is the trace."""
     n_junk = 20_000
-    spec = long_spec(tmp_path, 200)                   # a run of ~2 s: the junk arrives mid-run
+    spec = long_spec(tmp_path, 80)                    # a run of ~2 s: the junk arrives mid-run
     log = tmp_path / "wire.jsonl"
     sched = Scheduler(["--listen", "tcp://127.0.0.1:0", "--spec", spec, "--world-size", 2,
                        "--wire-log", log, "--fault", "all:delay@0+:0.01"])

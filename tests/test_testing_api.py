@@ -113,20 +113,17 @@ def test_an_abort_that_keeps_its_promise_holds_and_one_that_does_not_is_said():
 
 @pytest.mark.procs
 @pytest.mark.timeout(300)
-def test_the_example_passes_in_a_clean_venv_with_only_the_wheel_and_pytest(tmp_path):
-    """`pip install WHEEL pytest` in a fresh venv (pyzmq and msgpack come as the wheel's own
-    dependencies), then pytest on a copy of the example outside the checkout."""
-    wheels = tmp_path / "wheels"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), REPO],
-                           capture_output=True, text=True, timeout=150)
-    if built.returncode != 0:
-        pytest.skip(f"cannot build a wheel here: {built.stderr.strip().splitlines()[-1:]}")
+def test_the_example_passes_in_a_clean_venv_with_only_the_wheel_and_pytest(tmp_path, wheel_file):
+    """`pip install WHEEL pytest` into a fresh venv (pyzmq and msgpack come as the wheel's own
+    dependencies), then pytest on a copy of the example outside the checkout. The venv is made
+    without pip of its own (seconds of ensurepip): this pip installs into it (`pip --python`),
+    so it holds the wheel, what the wheel depends on and pytest, nothing else."""
     env_dir = tmp_path / "clean"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
+    venv.EnvBuilder(with_pip=False).create(env_dir)
     python = str(env_dir / "bin" / "python")
-    wheel = next(wheels.glob("*.whl"))
-    installed = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                                str(wheel), "pytest"], capture_output=True, text=True, timeout=200)
+    installed = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q",
+                                "--disable-pip-version-check", str(wheel_file), "pytest"],
+                               capture_output=True, text=True, timeout=200)
     if installed.returncode != 0:
         pytest.skip(f"cannot install the wheel and pytest from the package index here: "
                     f"{installed.stderr.strip().splitlines()[-1:]}")

@@ -756,13 +756,13 @@ def test_fuzz_arbitrary_bytes(frame):
     decode_everything(frame)
 
 
-@settings(max_examples=300, **FUZZ)
+@settings(max_examples=150, **FUZZ)
 @given(HOSTILE)
 def test_fuzz_hostile_msgpack(value):
     decode_everything(msgpack.packb(value))
 
 
-@settings(max_examples=400, **FUZZ)
+@settings(max_examples=200, **FUZZ)
 @given(st.sampled_from(list(MsgType)).flatmap(lambda k: st.tuples(st.just(k), SHAPES[k])))
 def test_fuzz_near_valid_bodies(kind_and_body):
     kind, body = kind_and_body
@@ -776,7 +776,7 @@ def test_fuzz_near_valid_bodies(kind_and_body):
         decode_or_wire_error(other, frame)
 
 
-@settings(max_examples=300, **FUZZ)
+@settings(max_examples=150, **FUZZ)
 @given(HEADER_SHAPE)
 def test_fuzz_near_valid_headers(raw):
     frame = msgpack.packb(raw)
@@ -814,7 +814,7 @@ def mutation_corpus() -> list[tuple[MsgType | None, bytes]]:
     return corpus + valid_frames()
 
 
-@settings(max_examples=500, **FUZZ)
+@settings(max_examples=250, **FUZZ)
 @given(st.data(), MUTATIONS)
 def test_fuzz_mutated_valid_frames(data, ops):
     corpus = mutation_corpus()

@@ -61,7 +61,7 @@ def i32(*values: int) -> bytes:
 
 # -- 1. round trips --------------------------------------------------------------------------
 
-@settings(max_examples=300, **FUZZ)
+@settings(max_examples=150, **FUZZ)
 @given(PLANS)
 def test_any_valid_plan_roundtrips(plan):
     frame = wire.encode_body(MsgType.PLAN, plan)
@@ -99,7 +99,7 @@ def test_a_plan_with_prior_drafts_roundtrips():
     assert columns.column("prior_drafts").tolist() == [3, 0, 1] and wire.plan_of(columns) == plan
 
 
-@settings(max_examples=300, **FUZZ)
+@settings(max_examples=150, **FUZZ)
 @given(OUTCOMES)
 def test_any_valid_result_roundtrips(outcomes):
     frame = wire.encode_body(MsgType.RESULT, outcomes)
@@ -129,7 +129,7 @@ SMALL_ITEMS = st.builds(PlanItem, st.sampled_from(["a", "b", "c", "", "ü"]), st
 SMALL_PLANS = st.builds(ExecutionPlan, st.integers(0, 99), st.lists(SMALL_ITEMS, max_size=8).map(tuple))
 
 
-@settings(max_examples=300, **FUZZ)
+@settings(max_examples=150, **FUZZ)
 @given(SMALL_PLANS, SCRIPTS, st.data())
 def test_the_rank_result_from_columns_is_the_result_of_the_outcomes(plan, scripts, data):
     rank = RankExecutor(0, 1, 16, 4, scripts)
@@ -154,7 +154,7 @@ def test_the_rank_result_from_columns_is_the_result_of_the_outcomes(plan, script
         wire.decode_result(msgpack.packb(((), b"", i32(-1))), sent)
 
 
-@settings(max_examples=500, **FUZZ)
+@settings(max_examples=250, **FUZZ)
 @given(st.lists(st.tuples(st.one_of(st.none(), st.lists(st.integers(-4, 12), max_size=4).map(tuple)),
                           st.integers(0, 6), st.integers(0, 10), st.booleans()), max_size=8))
 def test_the_inlined_verdicts_are_verdict(rows):
@@ -210,7 +210,7 @@ def ahead_plans(draw):
     return page_size, ExecutionPlan(draw(st.integers(0, 99)), tuple(items))
 
 
-@settings(max_examples=400, **FUZZ)
+@settings(max_examples=200, **FUZZ)
 @given(ahead_plans(), SCRIPTS)
 def test_the_rank_result_of_a_plan_ahead_from_columns_is_the_result_of_the_outcomes(sized, scripts):
     """Items planned ahead are placed by the rank's own verdicts: the columns it places give

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 from inferris_dist.chaos.harness import gone  # noqa: F401  (the library's rule for a pid gone)
 
@@ -26,28 +25,30 @@ def wait_until(condition, timeout: float, interval: float = 0.02) -> bool:
 
 def descendants(root: int) -> dict[int, bytes]:
     """Every live (not zombie) process below `root`: pid -> its command line."""
-    parent_of: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
         except OSError:
             continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] not in "ZX":
-            parent_of[int(entry)] = int(fields[1])
+        fields = stat.rsplit(b")", 1)[1].split(None, 2)
+        if fields[0] not in b"ZX":
+            children.setdefault(int(fields[1]), []).append(int(entry))
     found: dict[int, bytes] = {}
     frontier = [root]
     while frontier:
-        pid = frontier.pop()
-        for child, parent in parent_of.items():
-            if parent == pid and child not in found:
-                try:
-                    found[child] = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
-                except OSError:
-                    continue
-                frontier.append(child)
+        for child in children.get(frontier.pop(), ()):
+            if child in found:
+                continue
+            try:
+                with open(f"/proc/{child}/cmdline", "rb") as f:
+                    found[child] = f.read().replace(b"\0", b" ")
+            except OSError:
+                continue
+            frontier.append(child)
     return found
 
 
@@ -56,8 +57,11 @@ def leftover_workers(timeout: float = LEFT_WITHIN) -> dict[int, bytes]:
     (a worker leaves on its own when its scheduler is gone: give it the time to)."""
     def ours() -> dict[int, bytes]:
         return {pid: cmd for pid, cmd in descendants(os.getpid()).items() if any(o in cmd for o in OURS)}
-    wait_until(lambda: not ours(), timeout, interval=0.05)
-    return ours()
+    left = ours()
+    if left:                                 # the common case, none, costs one look
+        wait_until(lambda: not ours(), timeout, interval=0.05)
+        left = ours()
+    return left
 
 
 def all_gone(pids, timeout: float) -> list[int]:
