@@ -436,16 +436,9 @@ def c_resize(kit: Kit, where: Path) -> Outcome:
         wrong = _not_resized(s.expect(MsgType.READY, 5.0, "after a RESIZE to rank 0 of 1 in epoch 2"))
         if wrong is not None:
             return wrong
-        s.send(se.ident, MsgType.AUDIT, wire.encode_body(MsgType.AUDIT, ()), epoch=2, step=2, rank=0,
-               world_size=1)
-        shard = s.expect(MsgType.SHARD, 5.0, "for an AUDIT after the RESIZE")
-        try:
-            held = wire.decode_body(MsgType.SHARD, shard.frames[1])
-        except (wire.WireError, IndexError) as e:
-            return Outcome(FAIL, f"its SHARD after the RESIZE does not decode: {e}")
-        slots = {(p, rid, base, mask) for p, layers in held for rid, base, mask in layers if mask}
-        if slots != {(p, rid, base, mask) for p, layers in FOREIGN_SHARD for rid, base, mask in layers}:
-            return Outcome(FAIL, f"after a RESIZE its shard is not the one it was given: {_short(held)}")
+        wrong = _holds_foreign_shard(se, 2, 2, "the RESIZE")
+        if wrong is not None:
+            return wrong
         plan, _ = wire.encode_plan(se.rec.plans[2])
         s.send(se.ident, MsgType.PLAN, plan, epoch=2, step=se.rec.plans[2].step, rank=0, world_size=1)
         wrong = _not_resized(s.expect(MsgType.RESULT, 5.0, "for a plan after the RESIZE"))
@@ -453,6 +446,21 @@ def c_resize(kit: Kit, where: Path) -> Outcome:
             return wrong
         return Outcome(PASS, "renumbered to rank 0 of 1: READY, the shard it was given, the next "
                              "plan answered as rank 0")
+
+
+def _holds_foreign_shard(se: Session, epoch: int, step: int, after: str) -> Outcome | None:
+    """AUDIT as rank 0 of 1: a FAIL unless its SHARD holds FOREIGN_SHARD's slots and no other."""
+    se.s.send(se.ident, MsgType.AUDIT, wire.encode_body(MsgType.AUDIT, ()), epoch=epoch, step=step, rank=0,
+              world_size=1)
+    shard = se.s.expect(MsgType.SHARD, 5.0, f"for an AUDIT after {after}")
+    try:
+        held = wire.decode_body(MsgType.SHARD, shard.frames[1])
+    except (wire.WireError, IndexError) as e:
+        return Outcome(FAIL, f"its SHARD after {after} does not decode: {e}")
+    slots = {(p, rid, base, mask) for p, layers in held for rid, base, mask in layers if mask}
+    if slots != {(p, rid, base, mask) for p, layers in FOREIGN_SHARD for rid, base, mask in layers}:
+        return Outcome(FAIL, f"after {after} its shard is not the one it was given: {_short(held)}")
+    return None
 
 
 def _not_resized(got) -> Outcome | None:
@@ -480,17 +488,9 @@ def c_config_again(kit: Kit, where: Path) -> Outcome:
         if (h.epoch, h.rank, h.world_size) != (0, 0, 1):
             return Outcome(FAIL, f"its READY to a CONFIG again is headed epoch {h.epoch}, rank {h.rank} "
                                  f"of {h.world_size}, not epoch 0, rank 0 of 1")
-        s.send(se.ident, MsgType.AUDIT, wire.encode_body(MsgType.AUDIT, ()), epoch=0, step=0, rank=0,
-               world_size=1)
-        shard = s.expect(MsgType.SHARD, 5.0, "for an AUDIT after a CONFIG again")
-        try:
-            held = wire.decode_body(MsgType.SHARD, shard.frames[1])
-        except (wire.WireError, IndexError) as e:
-            return Outcome(FAIL, f"its SHARD after a CONFIG again does not decode: {e}")
-        slots = {(p, rid, base, mask) for p, layers in held for rid, base, mask in layers if mask}
-        if slots != {(p, rid, base, mask) for p, layers in FOREIGN_SHARD for rid, base, mask in layers}:
-            return Outcome(FAIL, f"after a CONFIG again its shard is not the one it was given: "
-                                 f"{_short(held)}")
+        wrong = _holds_foreign_shard(se, 0, 0, "a CONFIG again")
+        if wrong is not None:
+            return wrong
         s.send(se.ident, MsgType.CONFIG, wire.encode_body(MsgType.CONFIG, config), epoch=1, step=0,
                rank=SCRIPT_RANK)
         got = s.expect(MsgType.READY, 5.0, f"after a CONFIG again, as rank {SCRIPT_RANK} in epoch 1")
