@@ -244,10 +244,13 @@ class Spawned:
             self._where = {x.pid: i for i, x in enumerate(self.started)}
 
     def adopt(self, rank: int, worker: WorkerProcess) -> None:
-        """A worker a run before started (a warm world's) holds `rank` in this run; it is not
-        among the workers this run started."""
+        """A worker a run before started (a warm world's) holds `rank` in this run: counted with
+        the workers this run started (`started`, `pids_started`: every worker it held), so that
+        it too must be gone at the end unless it is handed back."""
         worker.rank = rank
         self.workers[rank] = worker
+        self._where[worker.pid] = len(self.started)
+        self.started.append(worker)
         self.channel.transport.watch_process(rank, worker.sentinel)
 
     def hand_over(self, ranks: Sequence[int]) -> dict[int, WorkerProcess]:
