@@ -7,11 +7,11 @@ by the next run, which starts only the ranks it lacks), the in-process reference
 workload and rung, and a private directory for the wire logs. Everything else is a run's own,
 as a `launch` makes it: its epochs, its faults, its recoveries, its wire log.
 
-After each run the session looks for what the run may have left: every worker it started must
-be gone (`Run.pids`) but those it handed back to the warm world, and no run directory of this
-process other than the template's and the world's may be left in the temp directory. The wire
-log of every run is written to a file and handed to each of `checkers` (by default
-WIRE_LOG_CHECKERS, below).
+After each run the session looks for what the run may have left: every worker it held
+(`Run.pids`: those it started and those it took from the warm world) must be gone but those it
+handed back, and no run directory of this process other than the template's and the world's
+may be left in the temp directory. The wire log of every run is written to a file and handed
+to each of `checkers` (by default WIRE_LOG_CHECKERS, below).
 """
 from __future__ import annotations
 
