@@ -350,8 +350,9 @@ class ProcessGroup:
         """
         with _interrupts_held():
             if self.members is not None:
-                shared = (self.options.template, self.options.world.template if self.options.world else None)
-                if getattr(self.members, "template", None) in shared and self.members.template is not None:
+                template = getattr(self.members, "template", None)     # (members from elsewhere: none)
+                world = self.options.world
+                if template is not None and template in (self.options.template, world and world.template):
                     self.members.template = None     # shared: left running for the next run
                 if self.world is not None and self.ended_whole and not self.channel.in_flight:
                     return self._hand_back()
