@@ -302,7 +302,7 @@ def test_what_the_server_refuses(live_server):
     assert b"the log has no end record" not in body
 
 
-def test_too_many_clients_and_a_client_that_never_reads(live_server):
+def test_too_many_clients_and_a_client_that_never_reads(live_server, monkeypatch):
     srv, url, where = live_server
     idle = [socket.create_connection(where, timeout=5) for _ in range(server.MAX_CLIENTS)]
     try:
@@ -316,6 +316,7 @@ def test_too_many_clients_and_a_client_that_never_reads(live_server):
     assert wait_until(lambda: srv.clients == 0, 5)          # the idle ones: cut at their deadline
     assert get(url + "/health")[0] == 200
     # an event stream whose client never reads: its messages are not kept for it, it is dropped
+    monkeypatch.setattr(server, "PUBLISH_SECONDS", 0.05)   # each news published: its socket full sooner
     stuck = socket.socket()
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     stuck.settimeout(5)

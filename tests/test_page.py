@@ -483,19 +483,11 @@ def test_the_script_parses():
 
 # -- in a browser ----------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def chromium():
-    """One browser for this module's tests (starting one costs about a second)."""
-    from tests.helpers.browser import SharedBrowser
-    shared = SharedBrowser(1400, 900)
-    yield shared
-    shared.close()
-
-
 @pytest.fixture
-def browser(chromium):
-    """A fresh page, as a browser of its own would have it."""
-    return chromium.page()
+def browser():
+    from tests.helpers.browser import Browser
+    with Browser(1400, 900) as b:
+        yield b
 
 
 def loaded(browser, path: Path, timeout: float = 20) -> None:

@@ -20,19 +20,11 @@ from tests.test_page import data_of, lines_of, needs_browser
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    """One browser for this module's tests (starting one costs about a second)."""
-    from tests.helpers.browser import SharedBrowser
-    shared = SharedBrowser(1400, 900)
-    yield shared
-    shared.close()
-
-
 @pytest.fixture
-def browser(chromium):
-    """A fresh page, as a browser of its own would have it."""
-    return chromium.page()
+def browser():
+    from tests.helpers.browser import Browser
+    with Browser(1400, 900) as b:
+        yield b
 
 
 @pytest.fixture(scope="module")

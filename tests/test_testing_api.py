@@ -121,16 +121,16 @@ def test_the_example_passes_in_a_clean_venv_with_only_the_wheel_and_pytest(tmp_p
     env_dir = tmp_path / "clean"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     python = str(env_dir / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     installed = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q",
                                 "--disable-pip-version-check", str(wheel_file), "pytest"],
-                               capture_output=True, text=True, timeout=200)
+                               env=env, capture_output=True, text=True, timeout=200)
     if installed.returncode != 0:
         pytest.skip(f"cannot install the wheel and pytest from the package index here: "
                     f"{installed.stderr.strip().splitlines()[-1:]}")
     work = tmp_path / "work"
     work.mkdir()
     shutil.copy(os.path.join(REPO, "examples", "test_my_executor.py"), work)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     done = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_executor.py"],
                           cwd=work, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -55,8 +55,6 @@ class Browser:
         self.requests: list[str] = []         # every URL requested that is not file: or data:
         self.dialogs: list[str] = []          # alert/confirm/prompt opened by the page
         self.events: list[dict] = []          # events not yet looked at by a wait
-        self.target: str | None = None
-        self._closed: set[str] = set()        # sessions of pages closed (`fresh_page`): not heard
         self._next_id = 0
         self._buf = b""
         self.session: str | None = None
@@ -122,8 +120,6 @@ class Browser:
         return message
 
     def _observe(self, ev: dict) -> None:
-        if ev.get("sessionId") in self._closed:
-            return                            # what a page closed said late: not this page's
         method, p = ev["method"], ev.get("params", {})
         if method == "Runtime.exceptionThrown":
             d = p.get("exceptionDetails", {})
@@ -182,27 +178,13 @@ class Browser:
                 raise BrowserError(f"no {method} within {timeout or self.timeout} s")
 
     def _open_page(self) -> None:
-        self.target = target = self.send("Target.createTarget", {"url": "about:blank"},
-                                         session=False)["targetId"]
+        target = self.send("Target.createTarget", {"url": "about:blank"}, session=False)["targetId"]
         self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True},
                                  session=False)["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.send(f"{domain}.enable")
         self.send("Emulation.setDeviceMetricsOverride", {"width": self.width, "height": self.height,
                                                          "deviceScaleFactor": 1, "mobile": False})
-
-    def fresh_page(self) -> None:
-        """Close the page and open a new one in the same browser, as a new Browser has it:
-        nothing the old page said is kept (errors, requests, dialogs, events)."""
-        if self.session is not None:
-            self._closed.add(self.session)
-            self.send("Target.closeTarget", {"targetId": self.target}, session=False)
-        self.session = self.target = None
-        self.errors.clear()
-        self.requests.clear()
-        self.dialogs.clear()
-        self.events.clear()
-        self._open_page()
 
     # -- what the tests do
 
@@ -310,28 +292,3 @@ class Browser:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-class SharedBrowser:
-    """One browser for the tests of a module, each test given a fresh page in it (`page`):
-    starting Chromium costs about a second, a page a few milliseconds. A browser that no
-    longer answers is closed and another started."""
-
-    def __init__(self, *args, **kw):
-        self.args, self.kw = args, kw
-        self.browser: Browser | None = None
-
-    def page(self) -> Browser:
-        if self.browser is not None:
-            try:
-                self.browser.fresh_page()
-                return self.browser
-            except (BrowserError, OSError):
-                self.close()
-        self.browser = Browser(*self.args, **self.kw)
-        return self.browser
-
-    def close(self) -> None:
-        if self.browser is not None:
-            self.browser, browser = None, self.browser
-            browser.close()
