@@ -365,7 +365,8 @@ def test_every_command_is_a_module_with_its_flags_and_its_run(capsys):
 
 def test_launch_like_defaults_are_the_libraries():
     """A flag of a run on processes defaults to LaunchOptions' field (the library's), shown so
-    in --help; chaos's step timeout is the chaos harness's."""
+    in --help; chaos's step timeout is derived from the workload's steps unless given (the
+    chaos harness's default, for a session made without one)."""
     from inferris_dist.chaos.harness import DEFAULT_STEP_TIMEOUT
     from inferris_dist.cli.main import build_parser
     from inferris_dist.scheduler.options import LaunchOptions
@@ -375,7 +376,8 @@ def test_launch_like_defaults_are_the_libraries():
         args = build_parser().parse_args(argv)
         assert {f: getattr(args, f) for f in fields} == {f: getattr(library, f) for f in fields}, argv
     chaos = build_parser().parse_args(["chaos"])
-    assert (chaos.step_timeout, chaos.max_restarts) == (DEFAULT_STEP_TIMEOUT, library.max_restarts)
+    assert (chaos.step_timeout, chaos.max_restarts) == (None, library.max_restarts)
+    assert f"with --shard, {DEFAULT_STEP_TIMEOUT:g}" in " ".join(cli("chaos", "--help").stdout.split())
     text = " ".join(cli("launch", "--help").stdout.split())      # as read, not as wrapped
     assert f"(default {library.step_timeout:g})" in text and f"(default {library.max_restarts})" in text
 

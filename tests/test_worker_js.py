@@ -209,7 +209,8 @@ def test_results_shards_and_duplicates_as_the_protocol_says(configured):
     ([header(4), pack([0, ["a"], i32(0, 1, 0, 0, 0, 1, 0), i32(8)])], 3),   # page 8 of 8 pages
     ([header(4), pack([0, ["a"], i32(0, -1, 0, 0, 0, 0, 0), b""])], 3),     # a negative column
     ([header(4), b"\x94\x00\x90\xc7\x00\x01\xc4\x00"], 3),            # an ext in a PLAN
-    ([header(2), pack([8, 4, {}, [], [], [0, 0]])], 3),           # a second CONFIG
+    ([header(2, rank=1), pack([8, 4, {}, [], [], [0, 0]])], 3),   # a CONFIG again for rank 1 of 1
+    ([header(3), b"\x90"], 3),                                     # READY: the worker's own word
 ])
 def test_exit_status_on_what_the_scheduler_sends(configured, frames, status):
     fake, worker = configured

@@ -545,6 +545,22 @@ def c_resize_before_config(kit: Kit, where: Path) -> Outcome:
         return Outcome(PASS, "exited with status 3")
 
 
+def c_config_again_no_place(kit: Kit, where: Path) -> Outcome:
+    """A CONFIG again for rank 2 of a world of 2 (§8.6): no such place; the worker exits with
+    status 3, without READY."""
+    with scripted(kit, where) as s:
+        se = admitted(kit, s)
+        step_through(se, 1)
+        s.send(se.ident, MsgType.CONFIG, wire.encode_body(MsgType.CONFIG, config_of(se.rec)), epoch=2,
+               rank=2, world_size=2)
+        if not exits_within(se.proc, EXIT_DEADLINE):
+            return Outcome(FAIL, f"still running {EXIT_DEADLINE:g} s after a CONFIG for rank 2 of 2")
+        if se.proc.proc.returncode != 3:
+            return Outcome(NON_STRICT, f"{se.proc.exit_description()} after a CONFIG for rank 2 of 2, not "
+                                       f"with status 3")
+        return Outcome(PASS, "exited with status 3")
+
+
 def shrink_case(kit: Kit, where: Path) -> Outcome:
     """A real run of 3 under shrink, rank 1 killed at step 1: ranks 0 and 2 go on as 0 and 1,
     the trace unchanged."""
@@ -702,6 +718,7 @@ def all_cases(golden: Path | None) -> list[Case]:
         Case("resize.shrink", S["resize"], shrink_case),
         Case("again.config", S["again"], c_config_again, scripted=True),
         Case("again.warm", S["again"], warm_case),
+        Case("again.no-such-place", S["again"], c_config_again_no_place, scripted=True, tier="full"),
     ]
     cases += [rung_case(r) for r in RUNGS if r != "full"]
     cases += [Case(f"link.{k}", S["link"], fault_case(k), "default" if k in SAMPLE_LINK else "full")

@@ -35,6 +35,7 @@ from inferris_dist.protocol import wire
 from inferris_dist.protocol.faults import FaultPlan, parse_fault
 from inferris_dist.protocol.limits import NO_EXEC_COST, ExecCost
 from inferris_dist.protocol.monitor import monitor_event
+from inferris_dist.protocol.placement import MAX_WORLD_SIZE
 from inferris_dist.protocol.sockets import send_frames
 from inferris_dist.protocol.wire import MsgType
 
@@ -226,7 +227,7 @@ class Worker:
         everything of a run before is replaced (the shard, the scripts, the faults, the model's
         time, the plans answered); READY."""
         self.epoch = header.epoch
-        self.rank, self.world_size = header.rank, header.world_size
+        self.rank, self.world_size = placed(header)
         self.num_pages = body.num_pages
         self.executor = RankExecutor(self.rank, self.world_size, body.num_pages, body.page_size,
                                      body.accept_scripts)
@@ -267,7 +268,7 @@ class Worker:
         """The world changed size (protocol §8.5): this member is rank `header.rank` of
         `header.world_size` from now on, holds the shard it is given (the pages placed again
         for the new world) and the faults meant for its new rank, and says READY."""
-        self.rank, self.world_size = header.rank, header.world_size
+        self.rank, self.world_size = placed(header)
         executor = self.executor
         executor.rank, executor.world_size = header.rank, header.world_size
         executor.shard.load(body.shard)
@@ -401,6 +402,14 @@ def _mismatch(code: int) -> str:
     if code == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
         return "one side uses CURVE keys and the other does not: pass the run's --keys DIR"
     return f"ZMTP protocol error {int(code):#x}"
+
+
+def placed(header: wire.Header) -> tuple[int, int]:
+    """The rank and world size a CONFIG or RESIZE header gives a member; a place outside any
+    world (a world size outside 1..MAX_WORLD_SIZE, a rank outside it) is malformed: exit 3."""
+    if not (1 <= header.world_size <= MAX_WORLD_SIZE and 0 <= header.rank < header.world_size):
+        fail(f"a {header.type.name} for rank {header.rank} of {header.world_size}: no such place")
+    return header.rank, header.world_size
 
 
 def fail(message: str, status: int = EXIT_PROTOCOL) -> None:
