@@ -14,7 +14,7 @@ import tempfile
 import pytest
 
 from tests.helpers.external import CLI, ENV, GOLDEN, REPO
-from tests.helpers.procs import wait_until
+from tests.helpers.procs import all_gone, descendants, wait_until
 
 DEMO = GOLDEN / "demo.spec.json"
 OUTPUTS = ["--wire-log", "--metrics", "--timeline", "--html"]
@@ -77,10 +77,12 @@ def test_the_pages_private_wire_log_of_a_killed_run_is_swept_by_the_next(tmp_pat
         wait_until(lambda: its_log(), 20)
         left = its_log()
         assert not glob.glob(os.path.join(tempfile.gettempdir(), "inferris-dist-wire-*.jsonl"))
+        below = descendants(proc.pid)        # its template and workers hold the run's lock too
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=20)
     assert all(os.path.exists(p) for p in left)          # killed outright: left behind, for now
+    assert all_gone(below, 10) == []         # they die with it; until then the run is not gone
     # the next run on processes sweeps it (`run` makes no run directory, so sweeps nothing)
     done = cli("launch", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
