@@ -7,13 +7,12 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.external import CLI, ENV
-from tests.helpers.procs import descendants, wait_until
+from tests.helpers.procs import all_gone, descendants, wait_until
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.procs]
 
@@ -86,18 +85,9 @@ def test_ctrl_c_with_two_worlds_up_exits_130_and_leaves_nothing(tmp_path):
             proc.wait()
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err, err
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() and not _zombie(p) for p in seen):
-        time.sleep(0.05)
-    left = [p for p in seen if Path(f"/proc/{p}").exists() and not _zombie(p)]
+    left = all_gone(seen, 5)
     assert left == [], {p: seen[p] for p in left}
     pids = {proc.pid, *seen}
     assert not [p for p in Path("/tmp").iterdir()
                 if any(p.name.startswith((f"inferris-dist-{q}-", f"inferris-chaos-{q}-")) for q in pids)]
 
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
-    except OSError:
-        return True
