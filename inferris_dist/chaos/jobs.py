@@ -60,8 +60,11 @@ def explore_in_jobs(config: ChaosConfig, jobs: int, *, runs: int | None = None, 
             proc = subprocess.Popen([sys.executable, "-m", "inferris_dist.chaos.jobs"], stdin=subprocess.PIPE,
                                     stdout=out, stderr=err, preexec_fn=_die_with_parent)
             children.append((proc, out, err))
-            proc.stdin.write(json.dumps(job_document(config, runs, seconds, (k, jobs), worker)).encode())
-            proc.stdin.close()
+            try:
+                proc.stdin.write(json.dumps(job_document(config, runs, seconds, (k, jobs), worker)).encode())
+                proc.stdin.close()
+            except BrokenPipeError:          # it ended already: its exit status says why, below
+                pass
         reports = []
         for k, (proc, out, err) in enumerate(children):
             proc.wait()

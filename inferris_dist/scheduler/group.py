@@ -354,7 +354,8 @@ class ProcessGroup:
                 world = self.options.world
                 if template is not None and template in (self.options.template, world and world.template):
                     self.members.template = None     # shared: left running for the next run
-                if self.world is not None and self.ended_whole and not self.channel.in_flight:
+                if self.world is not None and self.ended_whole and not self.channel.in_flight \
+                        and getattr(self.members, "template", None) is None:   # (its own: they die with it)
                     return self._hand_back()
                 self.members.close()
             for k in self.kept:                      # taken from a warm world, never configured
