@@ -1,7 +1,7 @@
 """Time at the boundary: slow ranks, the straggler named from arrivals, what the lockstep cost.
 
 1. a 300-request workload with a per-token model cost, one rank made slow by a factor F from 1.5
-   to 4 (10 seeded trials, a random rank and factor each): that rank is named the straggler, its
+   to 4 (5 seeded trials, a random rank and factor each): that rank is named the straggler, its
    score within 20% of F, and the group's wait for it is reported;
 2. the time faults (`slow`, `jitter`) change no trace, at `full` and at `overlap`;
 3. with no slow rank, none is named.
@@ -20,7 +20,8 @@ from inferris_dist.engine import Engine, load_workload, trace_dicts
 from tests.helpers.external import CLI, ENV, GOLDEN, serving_spec
 
 pytestmark = [pytest.mark.timeout(120)]
-COST = "0.1ms+1us/tok"           # a prefill chunk of a thousand tokens: about a ms; a decode step: 0.1
+COST = "1ms+10us/tok"            # a decode step: 1 ms, a prefill chunk of a thousand tokens: 11 ms;
+                                 # a slow rank then lags by far more than a busy machine's noise
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def arrivals_of(workload, faults, **options):
         return engine.group.recorder.arrivals
 
 
-@pytest.mark.parametrize("trial", range(10))
+@pytest.mark.parametrize("trial", range(5))
 def test_the_slow_rank_is_named_with_its_factor(serving, trial):
     rng = random.Random(f"straggler/{trial}")
     rank, factor = rng.randrange(4), round(rng.uniform(1.5, 4.0), 2)
