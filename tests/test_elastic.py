@@ -347,3 +347,28 @@ def test_scale_up_after_a_scale_down_returns_to_the_size_asked_for(tmp_path):
     assert [(r["why"], r["from"], r["to"]) for r in events(log, "resize")] == [("scale-down", 3, 2),
                                                                               ("scale-up", 2, 3)]
     assert_checks(log)
+
+
+@pytest.mark.invariant("elastic-world/2")
+def test_a_lost_members_last_words_read_after_a_shrink_are_no_fault_of_the_log(tmp_path):
+    """A message of the epoch before a shrink may name a rank the smaller world no longer has (a
+    lost member's FIRED, read after the resize): the checker takes it as the old world's; the
+    same in the new epoch is a rank outside the run's."""
+    log = tmp_path / "wire.jsonl"
+    done = subprocess.run([*CLI, "launch", "--spec", str(GOLDEN / "random_004.spec.json"),
+                           "--world-size", "3", "--fault", "1:crash@2", "--on-rank-loss", "shrink",
+                           "--wire-log", str(log), "--json"],
+                          capture_output=True, text=True, env=ENV, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = log.read_text().splitlines()
+    at = next(i for i, x in enumerate(lines) if json.loads(x).get("type") == "RESIZE")
+    fired = next(json.loads(x) for x in lines if json.loads(x).get("type") == "FIRED")
+    assert fired["epoch"] == 0
+    late = dict(fired, rank=2, t=json.loads(lines[at])["t"])                 # rank 2 of the world of 3
+    for epoch, ok in ((0, True), (1, False)):
+        spoiled = tmp_path / f"late-{epoch}.jsonl"
+        spoiled.write_text("\n".join(lines[:at + 1] + [json.dumps(dict(late, epoch=epoch))] + lines[at + 1:])
+                           + "\n")
+        report = check_log(spoiled)
+        outside = [str(v) for v in report.violations if "outside the run's ranks" in str(v)]
+        assert (outside == []) is ok, outside

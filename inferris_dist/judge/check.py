@@ -256,6 +256,7 @@ class _Checker:
         self.violations: list[Violation] = []
         self.more = 0
         self.n = 0                               # ranks
+        self.widest = 0                          # the most ranks the world has had (mechanism 14)
         self.run_event: dict | None = None
         self.rung = "full"
         self.page_size = 0
@@ -369,7 +370,7 @@ class _Checker:
         n = obj["world_size"]
         if not 1 <= n <= MAX_WORLD_SIZE:
             raise Malformed(f"run event: world_size must be 1..{MAX_WORLD_SIZE}")
-        self.n = n
+        self.n = self.widest = n
         self.rung = obj["rung"]
         config = obj["config"]
         page_size = config.get("page_size")
@@ -455,8 +456,11 @@ class _Checker:
         if rank is None:
             return                                   # no rank's: nothing here is about the boundary
         if not 0 <= rank < self.n:
-            self.bad(line, f"{_a(_kind_name(m))} of rank {rank}, outside the run's ranks 0..{self.n - 1}",
-                     step, epoch)
+            # one from an epoch before the world shrank may name a rank it had then (a lost member's
+            # last words, read after the resize): dropped by the scheduler, not a fault of the log
+            if not (m["dir"] == "in" and epoch < self.epoch and 0 <= rank < self.widest):
+                self.bad(line, f"{_a(_kind_name(m))} of rank {rank}, outside the run's ranks "
+                               f"0..{self.n - 1}", step, epoch)
             return
         if m["dir"] == "out" and kind in ("PLAN", "AUDIT") and epoch == self.epoch:
             self.sent_in_epoch = True                # (delivered or not: the epoch's window was over)
@@ -745,6 +749,7 @@ class _Checker:
             if self.members.get(r) is not None:
                 self.retired[r] = (self.members[r], new)
         self.members, self.n = members, to
+        self.widest = max(self.widest, to)
         self.fatal.clear()                       # the ranks are other members' now
         self._enter_epoch(new)
         self.resize_due = {i: ev["shard_pages"] for i in range(len(kept))}
