@@ -91,3 +91,14 @@ def test_ctrl_c_with_two_worlds_up_exits_130_and_leaves_nothing(tmp_path):
     assert not [p for p in Path("/tmp").iterdir()
                 if any(p.name.startswith((f"inferris-dist-{q}-", f"inferris-chaos-{q}-")) for q in pids)]
 
+
+
+def test_by_default_a_job_a_core_but_not_for_a_few_schedules():
+    from inferris_dist.cli.cmd_chaos import default_jobs
+    from inferris_dist.protocol.limits import usable_cores
+    cores = usable_cores()
+    assert default_jobs(6, None, (0, 1)) == 1                      # a world is not worth 6 schedules
+    assert default_jobs(16, None, (0, 1)) == min(cores, 2)
+    assert default_jobs(None, None, (0, 1)) == min(cores, 100 // 8)   # the default 100 runs
+    assert default_jobs(None, 60.0, (0, 1)) == cores               # --time: as many as the cores
+    assert default_jobs(1000, None, (1, 4)) == 1                   # a shard is a share already

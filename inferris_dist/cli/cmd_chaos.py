@@ -73,8 +73,9 @@ def add_arguments(p) -> None:
                         f"within 0.1..1 s; with --shard, {DEFAULT_STEP_TIMEOUT:g}; a hang costs this much)")
     add_max_restarts(e)
     e.add_argument("--jobs", type=int_arg, metavar="N",
-                   help="run N worlds at once, each a shard of the schedules (default: one per core; "
-                        "1 with --shard); the report does not depend on N")
+                   help="run N worlds at once, each a shard of the schedules (default: one per core, "
+                        f"at most one per {RUNS_PER_JOB} schedules; 1 with --shard); the report does not "
+                        "depend on N")
     e.add_argument("--shard", type=shard_arg, default=(0, 1), metavar="K/N",
                    help="run only the schedules i with i mod N == K (0 <= K < N); merge the shards' "
                         "--json reports with `inferris-dist chaos merge`")
@@ -184,7 +185,7 @@ def run_chaos(args) -> int:
             kinds = {k: w for k, w in kinds.items() if k in LINK_KINDS}
     elif args.profile is not None:
         raise UsageError("inferris-dist chaos: --profile is said of a --worker")
-    jobs = args.jobs if args.jobs is not None else 1 if args.shard != (0, 1) else usable_cores()
+    jobs = args.jobs if args.jobs is not None else default_jobs(args.runs, args.time, args.shard)
     if jobs < 1:
         raise UsageError("inferris-dist chaos: --jobs must be >= 1")
     if jobs > 1 and args.shard != (0, 1):
@@ -307,6 +308,19 @@ def shrink_breaks(report, config, session, args, out) -> str | None:
         out.write(f"    {repro.verdict()}\n")
         out.flush()
     return None
+
+
+RUNS_PER_JOB = 8       # by default, no more jobs than a job for each 8 schedules: a job costs a world
+
+
+def default_jobs(runs: int | None, seconds: float | None, shard: tuple[int, int]) -> int:
+    """One job per core; one for a shard (its own share already), and no more than a job for each
+    RUNS_PER_JOB schedules asked for (a world to start is not worth a few schedules)."""
+    if shard != (0, 1):
+        return 1
+    if runs is None and seconds is None:
+        runs = DEFAULT_RUNS
+    return usable_cores() if runs is None else max(1, min(usable_cores(), runs // RUNS_PER_JOB))
 
 
 def _derive_step_timeout(session, workloads, args) -> tuple[float, str]:
