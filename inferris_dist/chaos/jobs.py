@@ -13,7 +13,6 @@ returns or raises, and kills those that do not end. A child's output is read und
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -52,13 +51,14 @@ def explore_in_jobs(config: ChaosConfig, jobs: int, *, runs: int | None = None, 
                     worker: str | None = None, on_report: Callable[[Report], None] | None = None) -> Report:
     """The exploration of `runs` schedules (or `seconds` of them) in `jobs` children at once, as
     one report (see above). `on_report` is told of each child's report as it comes."""
+    from inferris_dist.rank.worker import die_with_parent  # the rank's own: the same rule
     children: list[tuple[subprocess.Popen, object, object]] = []
-    started = time.monotonic()
+    parent, started = os.getpid(), time.monotonic()
     try:
         for k in range(jobs):
             out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
             proc = subprocess.Popen([sys.executable, "-m", "inferris_dist.chaos.jobs"], stdin=subprocess.PIPE,
-                                    stdout=out, stderr=err, preexec_fn=_die_with_parent)
+                                    stdout=out, stderr=err, preexec_fn=lambda: die_with_parent(parent, True))
             children.append((proc, out, err))
             try:
                 proc.stdin.write(json.dumps(job_document(config, runs, seconds, (k, jobs), worker)).encode())
@@ -86,13 +86,6 @@ def explore_in_jobs(config: ChaosConfig, jobs: int, *, runs: int | None = None, 
     merged.shards = []                   # every shard: the exploration itself, whatever the jobs
     merged.seconds = time.monotonic() - started
     return merged
-
-
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)   # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _stop(children) -> None:

@@ -14,8 +14,8 @@ from inferris_dist.chaos.harness import DEFAULT_STEP_TIMEOUT
 from inferris_dist.chaos.verdicts import CHAOS_POLICIES as POLICIES
 from inferris_dist.chaos.verdicts import PROMISE_KINDS
 from inferris_dist.cli import render
-from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK, UsageError, int_arg, seconds_arg
-from inferris_dist.cli.flags import add_knob_flags, add_max_restarts, add_workload_flags
+from inferris_dist.cli.args import EXIT_FAILED, EXIT_OK, UsageError, int_arg
+from inferris_dist.cli.flags import add_knob_flags, add_max_restarts, add_step_timeout, add_workload_flags
 from inferris_dist.cli.workload_source import workload_from_flags
 from inferris_dist.engine import EngineError, WorkloadError
 from inferris_dist.engine.rungs import NAMES as RUNG_NAMES
@@ -67,10 +67,9 @@ def add_arguments(p) -> None:
     e.add_argument("--profile", choices=("faults",),
                    help="with --worker: the worker implements protocol.md's faults profile, so every "
                         "kind is drawn")
-    e.add_argument("--step-timeout", type=seconds_arg, metavar="SECONDS",
-                   help="a rank that has not answered by then is lost (default: derived from the "
-                        "workload's steps, measured before the schedules: 100x the median step, "
-                        f"within 0.1..1 s; with --shard, {DEFAULT_STEP_TIMEOUT:g}; a hang costs this much)")
+    add_step_timeout(e, why="; a hang costs this much",
+                     derived="derived from the workload's steps, measured before the schedules: "
+                             f"100x the median step, within 0.1..1 s; with --shard, {DEFAULT_STEP_TIMEOUT:g}")
     add_max_restarts(e)
     e.add_argument("--jobs", type=int_arg, metavar="N",
                    help="run N worlds at once, each a shard of the schedules (default: one per core, "

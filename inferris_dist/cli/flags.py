@@ -78,9 +78,13 @@ def add_metrics_flag(p) -> None:
                         "acceptance, batch sizes (launch: also wall time per step, rtt per rank)")
 
 
-def add_step_timeout(p, default: float | None = None, why: str = "") -> None:
+def add_step_timeout(p, default: float | None = None, why: str = "", derived: str | None = None) -> None:
     """--step-timeout, LaunchOptions' default unless the command has its own (`why` says what
-    it costs)."""
+    it costs); `derived`: no default value, the command derives it as this says."""
+    if derived is not None:
+        p.add_argument("--step-timeout", type=seconds_arg, metavar="SECONDS",
+                       help=f"a rank that has not answered by then is lost (default: {derived}{why})")
+        return
     default = launch_default("step_timeout") if default is None else default
     p.add_argument("--step-timeout", type=seconds_arg, default=default, metavar="SECONDS",
                    help=f"a rank that has not answered by then is lost (default {default:g}{why})")

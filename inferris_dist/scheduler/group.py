@@ -358,9 +358,9 @@ class ProcessGroup:
                         and getattr(self.members, "template", None) is None:   # (its own: they die with it)
                     return self._hand_back()
                 self.members.close()
-            for k in self.kept:                      # taken from a warm world, never configured
-                stop_workers([k.worker], grace=0.0, term_wait=0.5)
-            self.kept = []
+            if self.kept:                            # taken from a warm world, never configured
+                stop_workers([k.worker for k in self.kept], grace=0.0, term_wait=0.5)
+                self.kept = []
             self.channel.close()
             if self.log_dir is not None:
                 lent = self.options.world is not None and self.log_dir == self.options.world.run_dir
