@@ -38,7 +38,8 @@ def launch(tmp: Path, *faults: str, regrow: bool) -> tuple[Path, Path]:
     log, page = tmp / "run.jsonl", tmp / "run.html"
     args = [*CLI, "launch", "--spec", str(SPEC), "--world-size", "4", "--on-rank-loss", "shrink",
             *[x for f in faults for x in ("--fault", f)], *(["--regrow"] if regrow else []),
-            "--wire-log", str(log), "--html", str(page)]
+            "--wire-log", str(log), "--html", str(page),
+            "--exec-cost", "5ms"]     # steps long enough for a replacement to start on a busy machine
     done = subprocess.run(args, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=25)
     assert done.returncode == 0, done.stdout + done.stderr
     return log, page
